@@ -1,0 +1,34 @@
+//! `neocloud-node`: the binary. It wires configuration, the Kubernetes virtual node, the broker,
+//! the providers and the policy engines together, and hosts the operator CLI.
+//!
+//! It is not where decisions are made: placement, fallback and pricing live in the broker and the
+//! policy engines, cloud APIs in the providers.
+
+use clap::{Parser, Subcommand};
+
+/// Command line of `neocloud-node`.
+#[derive(Debug, Parser)]
+#[command(name = "neocloud-node", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print version and build information.
+    Version,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version => {
+            #[allow(clippy::print_stdout)]
+            {
+                println!("neocloud-node {}", env!("CARGO_PKG_VERSION"));
+            }
+        }
+    }
+    Ok(())
+}

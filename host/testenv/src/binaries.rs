@@ -1,0 +1,101 @@
+//! Finding the control-plane binaries that `hack/testenv/build.sh` built into its cache.
+//!
+//! It never builds them: a test must not spend 20 minutes compiling Kubernetes behind the
+//! developer's back. `make testenv` and `.ci/run` build them; this module says so when they are
+//! missing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::Error;
+
+/// The four programs a control plane needs.
+pub const COMPONENTS: [&str; 4] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-scheduler",
+    "kube-controller-manager",
+];
+
+/// The repository's root, from this crate's manifest directory (`host/testenv`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The directory holding the binaries: `$NEOCLOUD_TESTENV_BIN` if set, else the cache directory
+/// that `hack/testenv/build.sh --print` names for the pinned versions. Every binary must exist.
+pub fn locate() -> Result<PathBuf, Error> {
+    let dir = match std::env::var_os("NEOCLOUD_TESTENV_BIN") {
+        Some(dir) => PathBuf::from(dir),
+        None => cache_dir()?,
+    };
+    let missing: Vec<&str> = COMPONENTS
+        .iter()
+        .copied()
+        .filter(|c| !dir.join(c).is_file())
+        .collect();
+    if missing.is_empty() {
+        Ok(dir)
+    } else {
+        Err(Error::MissingBinaries {
+            dir,
+            missing: missing.join(", "),
+        })
+    }
+}
+
+fn cache_dir() -> Result<PathBuf, Error> {
+    let script = repo_root().join("hack/testenv/build.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("--print")
+        .output()
+        .map_err(|e| Error::io(format!("run {} --print", script.display()), e))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        return Err(Error::io(
+            format!("run {} --print", script.display()),
+            std::io::Error::other(stderr),
+        ));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_build_script_names_a_cache_directory_outside_the_repository() {
+        let dir = cache_dir().unwrap();
+        let root = repo_root().canonicalize().unwrap();
+        assert!(dir.is_absolute(), "{}", dir.display());
+        assert!(
+            !dir.starts_with(&root),
+            "{} is inside the repository",
+            dir.display()
+        );
+        let name = dir
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            name.starts_with("k8s-v1.35.") && name.contains("-etcd-v3.6."),
+            "{name}"
+        );
+    }
+
+    #[test]
+    fn missing_binaries_are_named_with_the_command_that_builds_them() {
+        let err = Error::MissingBinaries {
+            dir: "/x".into(),
+            missing: "etcd".into(),
+        };
+        let text = err.to_string();
+        assert!(text.contains("/x") && text.contains("etcd"), "{text}");
+        assert!(text.contains("make testenv"), "{text}");
+    }
+}

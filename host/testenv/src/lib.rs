@@ -1,0 +1,126 @@
+//! `neocloud-testenv`: a real Kubernetes control plane for tests, on loopback.
+//!
+//! It starts etcd, kube-apiserver (authorization `Node,RBAC`, the `NodeRestriction` admission
+//! plugin, PKI generated here with a real CA), kube-scheduler and kube-controller-manager as
+//! separate processes on free ports, waits until each is ready, writes kubeconfigs, and hands out
+//! `kube::Client`s and a fresh namespace per test. Each component logs to its own file; the tail
+//! of every log is printed when a test that holds a [`TestContext`] fails. Every process stops when
+//! the control plane is dropped or the test process exits, even after a panic.
+//!
+//! The binaries are built from the Go module proxy by `hack/testenv/build.sh` (`make testenv`);
+//! this crate never builds them. It is for tests and local runs, not for production clusters.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! let ctx = neocloud_testenv::TestContext::new("my-test").await;
+//! let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = ctx.namespaced();
+//! # }
+//! ```
+
+mod binaries;
+mod components;
+mod context;
+mod control_plane;
+mod kubeconfig;
+mod pki;
+mod process;
+mod readiness;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use binaries::{COMPONENTS, locate as locate_binaries};
+pub use context::{TestContext, shared};
+pub use control_plane::{ControlPlane, Options};
+pub use pki::{CertPair, Pki};
+
+/// Everything that can go wrong while starting or using a control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The binaries have not been built.
+    #[error(
+        "control plane binaries missing in {dir}: {missing}; build them with `make testenv` \
+         (hack/testenv/build.sh) or set NEOCLOUD_TESTENV_BIN"
+    )]
+    MissingBinaries {
+        /// The directory searched.
+        dir: PathBuf,
+        /// The binaries that are not there.
+        missing: String,
+    },
+    /// A file or process operation failed.
+    #[error("failed to {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Certificate generation failed.
+    #[error("failed to generate {what}: {source}")]
+    Pki {
+        /// Which certificate or key.
+        what: String,
+        /// The underlying error.
+        source: rcgen::Error,
+    },
+    /// A kubeconfig could not be written or loaded.
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// The kubeconfig file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A component exited before it became ready.
+    #[error("{component} exited ({status}) before it was ready; last lines of {log}:\n{tail}")]
+    Exited {
+        /// The component.
+        component: String,
+        /// Its exit status.
+        status: String,
+        /// Its log file.
+        log: PathBuf,
+        /// The end of its log.
+        tail: String,
+    },
+    /// A component did not become ready in time.
+    #[error("{component} not ready after {waited:?} ({reason}); last lines of {log}:\n{tail}")]
+    NotReady {
+        /// The component.
+        component: String,
+        /// How long we waited.
+        waited: Duration,
+        /// The last probe failure.
+        reason: String,
+        /// Its log file.
+        log: PathBuf,
+        /// The end of its log.
+        tail: String,
+    },
+    /// The control plane failed to start.
+    #[error(
+        "control plane in {dir} failed to start (set NEOCLOUD_TESTENV_KEEP=1 to keep its files): \
+         {source}\n{others}"
+    )]
+    Start {
+        /// The control plane's directory.
+        dir: PathBuf,
+        /// The first failure.
+        source: Box<Error>,
+        /// The tails of the components that had started.
+        others: String,
+    },
+    /// A Kubernetes API call made by the harness failed.
+    #[error("kubernetes api call failed: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+impl Error {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        Self::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
