@@ -18,17 +18,16 @@ struct Cli {
 enum Command {
     /// Print version and build information.
     Version,
+    /// Print the CustomResourceDefinitions the node needs, as YAML.
+    Crds,
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Version => {
-            #[allow(clippy::print_stdout)]
-            {
-                println!("neocloud-node {}", env!("CARGO_PKG_VERSION"));
-            }
-        }
-    }
+    let out = match cli.command {
+        Command::Version => format!("neocloud-node {}\n", env!("CARGO_PKG_VERSION")),
+        Command::Crds => neocloud_node::crd::to_yaml()?,
+    };
+    std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;
     Ok(())
 }

@@ -9,12 +9,13 @@ use std::process::Command;
 
 use crate::Error;
 
-/// The four programs a control plane needs.
-pub const COMPONENTS: [&str; 4] = [
+/// The programs `hack/testenv/build.sh` builds: the four components and kubectl.
+pub const BINARIES: [&str; 5] = [
     "etcd",
     "kube-apiserver",
     "kube-scheduler",
     "kube-controller-manager",
+    "kubectl",
 ];
 
 /// The repository's root, from this crate's manifest directory (`host/testenv`).
@@ -29,7 +30,7 @@ pub fn locate() -> Result<PathBuf, Error> {
         Some(dir) => PathBuf::from(dir),
         None => cache_dir()?,
     };
-    let missing: Vec<&str> = COMPONENTS
+    let missing: Vec<&str> = BINARIES
         .iter()
         .copied()
         .filter(|c| !dir.join(c).is_file())

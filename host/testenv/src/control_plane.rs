@@ -45,6 +45,7 @@ impl Default for Options {
 #[derive(Debug)]
 pub struct ControlPlane {
     dir: PathBuf,
+    bin: PathBuf,
     pki: Pki,
     api_url: String,
     components: Mutex<Vec<Supervised>>,
@@ -85,6 +86,7 @@ impl ControlPlane {
         let cp = Self {
             api_url: format!("https://127.0.0.1:{}", ports.apiserver),
             dir,
+            bin: bin.clone(),
             pki: Pki::new()?,
             components: Mutex::new(Vec::new()),
             keep_dir: options.keep_dir,
@@ -138,6 +140,14 @@ impl ControlPlane {
     /// The kubeconfig of the cluster administrator (`system:masters`), for kubectl and tests.
     pub fn admin_kubeconfig(&self) -> PathBuf {
         self.dir.join("admin.kubeconfig")
+    }
+
+    /// A `kubectl` command (the one built with the control plane) talking to this API server as
+    /// the administrator; add arguments and run it.
+    pub fn kubectl(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(self.bin.join("kubectl"));
+        cmd.arg("--kubeconfig").arg(self.admin_kubeconfig());
+        cmd
     }
 
     /// A client authenticated as the cluster administrator, bound to the current Tokio runtime.

@@ -29,7 +29,7 @@ mod readiness;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use binaries::{COMPONENTS, locate as locate_binaries};
+pub use binaries::{BINARIES, locate as locate_binaries};
 pub use context::{TestContext, shared};
 pub use control_plane::{ControlPlane, Options};
 pub use pki::{CertPair, Pki};

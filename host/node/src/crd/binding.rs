@@ -1,0 +1,192 @@
+//! `CloudPodBinding`: one Pod's rental, written before every provider call so that a restarted
+//! node knows what it was doing. The spec is the intent (fixed when the binding is created); the
+//! status is what happened (phase, the instance, every attempt, cost).
+
+// kube-derive repeats keys such as `type_` across `printcolumn(...)` entries; clippy takes
+// them for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The intent: which Pod, under which external name, within which constraints.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "cloud.aibrix.ai",
+    version = "v1alpha1",
+    kind = "CloudPodBinding",
+    namespaced,
+    status = "CloudPodBindingStatus",
+    shortname = "cpb",
+    category = "neocloud",
+    printcolumn(name = "Provider", type_ = "string", json_path = ".status.provider"),
+    printcolumn(name = "Instance", type_ = "string", json_path = ".status.instanceId"),
+    printcolumn(name = "GPU", type_ = "string", json_path = ".status.gpu"),
+    printcolumn(
+        name = "USD/hour",
+        type_ = "number",
+        json_path = ".status.pricePerHour"
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudPodBindingSpec {
+    /// The Pod's name (the binding has the same name and namespace).
+    pub pod_name: String,
+    /// The Pod's UID: a binding never outlives, nor serves, another Pod of the same name.
+    pub pod_uid: String,
+    /// The deterministic name every rental of this Pod carries at the provider, derived from the
+    /// cluster identity and the Pod UID: the idempotency key for creates and the sweeper.
+    pub external_name: String,
+    /// The cluster identity that prefixes external names.
+    pub cluster_id: String,
+    /// The constraints the Pod asked for, as parsed from its spec and annotations.
+    pub workload: WorkloadSummary,
+    /// The policy that decides for this Pod, if not the built-in defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyRef>,
+}
+
+/// What the Pod asked for, in provider-neutral terms.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadSummary {
+    /// The container image.
+    pub image: String,
+    /// GPUs per instance.
+    pub gpu_count: u32,
+    /// Acceptable canonical GPU models; empty means any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_models: Vec<String>,
+    /// The most the Pod may cost, USD per hour for the whole instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_price_per_hour: Option<f64>,
+    /// `on-demand`, `spot` or `any`.
+    pub capacity_type: String,
+    /// Allowed providers in preference order; empty means every enabled provider.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub providers: Vec<String>,
+    /// Allowed regions; empty means any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<String>,
+}
+
+/// A `BurstPolicy` by name, with the digest that was in force when the binding was created.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRef {
+    /// The `BurstPolicy` name.
+    pub name: String,
+    /// `sha256:<hex>` of the Wasm component or of the CEL rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// Where a binding is in its life.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum BindingPhase {
+    /// Created, nothing decided yet.
+    #[default]
+    Pending,
+    /// Choosing an offer.
+    Planning,
+    /// A rental is in flight or the instance is starting.
+    Provisioning,
+    /// The instance runs the workload.
+    Running,
+    /// The workload finished successfully; the instance is released.
+    Succeeded,
+    /// The workload failed, or the ladder gave up.
+    Failed,
+    /// The Pod is being deleted; the instance is being released.
+    Releasing,
+    /// The provider confirmed the instance gone.
+    Released,
+}
+
+/// What happened, most recent last.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudPodBindingStatus {
+    /// The current phase.
+    #[serde(default)]
+    pub phase: BindingPhase,
+    /// A CamelCase reason for the phase (NoOffer, OverBudget, Unsupported, Capacity...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A human-readable explanation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The provider of the current instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The provider's id of the current instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    /// The offer the current instance was rented from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offer_id: Option<String>,
+    /// GPUs of the current instance, such as `1x A40`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    /// USD per hour of the current instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_hour: Option<f64>,
+    /// USD accrued by every instance of this binding so far.
+    #[serde(default)]
+    pub cost_accrued_usd: f64,
+    /// Every rental attempt, oldest first; an attempt is written before its provider call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptRecord>,
+    /// Standard conditions (Ready, Released...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// One rental attempt.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptRecord {
+    /// 1 for the first attempt.
+    pub number: u32,
+    /// The provider asked.
+    pub provider: String,
+    /// The offer rented.
+    pub offer_id: String,
+    /// USD per hour of the offer when it was checked just before renting.
+    pub price_per_hour: f64,
+    /// RFC 3339 time the attempt was written, before the provider call.
+    pub started_at: String,
+    /// RFC 3339 time the outcome was known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// What came of it.
+    pub outcome: AttemptOutcome,
+    /// The failure class, for failed attempts (capacity, quota, auth, rate-limited...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_class: Option<String>,
+    /// The provider's message, for failed attempts (never a credential).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The outcome of an attempt.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum AttemptOutcome {
+    /// The provider call has not answered yet (or the node died during it).
+    InFlight,
+    /// An instance was created (or found by its external name).
+    Created,
+    /// The provider refused or failed; see the failure class.
+    Failed,
+}

@@ -1,0 +1,42 @@
+//! The node's custom resources, group `cloud.aibrix.ai`, version `v1alpha1`, generated from Rust
+//! types with schemars:
+//!
+//! - [`CloudPodBinding`] (namespaced, owned by its Pod, same name): the durable record of one
+//!   Pod's rental: its external name, constraints, policy and every attempt.
+//! - [`BurstPolicy`] (cluster-scoped): a placement, fallback and pricing policy as a Wasm
+//!   component or CEL rules, with its load status.
+//!
+//! This module only defines the types and their CRDs; the reconcilers own their lifecycle.
+
+mod binding;
+mod policy;
+
+pub use binding::{
+    AttemptOutcome, AttemptRecord, BindingPhase, CloudPodBinding, CloudPodBindingSpec,
+    CloudPodBindingStatus, PolicyRef, WorkloadSummary,
+};
+pub use policy::{
+    BurstPolicy, BurstPolicySpec, BurstPolicyStatus, CelRules, ConfigMapKeyRef, FailurePolicy,
+    PolicyError, PolicyMode, WasmSource,
+};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// The API group of every NeoCloud Node resource.
+pub const GROUP: &str = "cloud.aibrix.ai";
+
+/// Every CRD the node needs, in the order they should be applied.
+pub fn all() -> Vec<CustomResourceDefinition> {
+    vec![CloudPodBinding::crd(), BurstPolicy::crd()]
+}
+
+/// Every CRD as one multi-document YAML stream, as `make manifests` writes it.
+pub fn to_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in all() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,161 @@
+//! `BurstPolicy`: a cluster-scoped placement, fallback and pricing policy, either a Wasm
+//! component (a file, a ConfigMap key, or an HTTPS URL pinned by sha256) or CEL rules. The API
+//! server itself refuses a policy that names both or neither, or a URL without a digest; the node
+//! reports in the status whether the policy loaded, its digest and every compile error.
+
+// kube-derive repeats keys such as `type_` across `printcolumn(...)` entries; clippy takes
+// them for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// What the policy is and how it behaves when it fails.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "cloud.aibrix.ai",
+    version = "v1alpha1",
+    kind = "BurstPolicy",
+    status = "BurstPolicyStatus",
+    shortname = "bp",
+    category = "neocloud",
+    printcolumn(name = "Loaded", type_ = "boolean", json_path = ".status.loaded"),
+    printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
+    printcolumn(
+        name = "Digest",
+        type_ = "string",
+        json_path = ".status.digest",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("has(self.wasm) != has(self.cel)")
+    .message("exactly one of spec.wasm and spec.cel must be set"))]
+#[serde(rename_all = "camelCase")]
+pub struct BurstPolicySpec {
+    /// A Wasm component implementing one or more `neocloud:policy` worlds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm: Option<WasmSource>,
+    /// CEL rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cel: Option<CelRules>,
+    /// What happens when the policy fails (traps, times out, returns nonsense): `Fail` stops the
+    /// decision and the Pod says why; `Ignore` falls back to the built-in defaults.
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
+    /// `Enforce` decides; `Audit` evaluates and reports, and the built-in defaults decide.
+    #[serde(default)]
+    pub mode: PolicyMode,
+}
+
+/// Where a Wasm component comes from: exactly one of path, configMap, url.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new(
+    "[has(self.path), has(self.configMap), has(self.url)].filter(x, x).size() == 1"
+).message("exactly one of path, configMap and url must be set"))]
+#[x_kube(validation = Rule::new("!has(self.url) || has(self.sha256)")
+    .message("a url must be pinned with sha256"))]
+#[serde(rename_all = "camelCase")]
+pub struct WasmSource {
+    /// A file on the node's filesystem (for example a mounted volume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A key of a ConfigMap holding the component's bytes (`binaryData`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapKeyRef>,
+    /// An HTTP(S) URL; requires `sha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The component's expected sha256, hex; loading refuses any other bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{64}$')")
+        .message("sha256 must be 64 lower-case hex digits"))]
+    pub sha256: Option<String>,
+}
+
+/// A key in a ConfigMap.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapKeyRef {
+    /// The ConfigMap's namespace.
+    pub namespace: String,
+    /// The ConfigMap's name.
+    pub name: String,
+    /// The key under `binaryData` (or `data`).
+    pub key: String,
+}
+
+/// CEL rules over `workload`, `offer` and `attempts`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CelRules {
+    /// A boolean expression every chosen offer must satisfy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraints: Option<String>,
+    /// A numeric expression; higher ranks first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<String>,
+}
+
+/// What a failing policy means for the decision.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// The decision fails and the Pod says why.
+    #[default]
+    Fail,
+    /// The built-in defaults decide instead.
+    Ignore,
+}
+
+/// Whether the policy decides.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PolicyMode {
+    /// The policy decides.
+    #[default]
+    Enforce,
+    /// The policy is evaluated and reported; the defaults decide.
+    Audit,
+}
+
+/// Whether the policy loaded, and if not, why.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BurstPolicyStatus {
+    /// True once the policy compiled and passed validation.
+    #[serde(default)]
+    pub loaded: bool,
+    /// `sha256:<hex>` of what was loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Every compile or load error, with its position.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<PolicyError>,
+    /// Standard conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// One error found while loading a policy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyError {
+    /// The field that holds the faulty source, such as `spec.cel.rank`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+    /// 1-based line in the source, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// 1-based column in the source, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<u32>,
+}

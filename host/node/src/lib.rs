@@ -1,0 +1,8 @@
+//! NeoCloud Node: a Kubernetes virtual node that turns GPU Pods into instances rented from GPU
+//! clouds. This library holds what the `neocloud-node` binary wires together: the custom
+//! resources, and (as they land) the node, reconcilers, sweeper, runner callback and kubelet API.
+//!
+//! It is not where decisions are made: placement, fallback and pricing live in the broker and the
+//! policy engines, cloud APIs in the providers.
+
+pub mod crd;
