@@ -6,3 +6,4 @@
 //! policy engines, cloud APIs in the providers.
 
 pub mod crd;
+pub mod vnode;
