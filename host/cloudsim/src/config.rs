@@ -1,0 +1,236 @@
+//! Typed configuration of the simulators: one [`SimConfig`] per provider, and the combined
+//! [`CloudSimConfig`] read from a YAML file by `neocloud-node cloudsim --config FILE`.
+//!
+//! Not the adapters' configuration, and not validated against any real account.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SimError;
+use crate::faults::FaultRule;
+
+/// The API key every simulator accepts unless configured otherwise.
+pub const DEFAULT_API_KEY: &str = "sim-key";
+
+/// The SSH key name the Lambda simulator has registered unless configured otherwise.
+pub const DEFAULT_SSH_KEY: &str = "sim-ssh-key";
+
+/// How one provider simulator behaves.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimConfig {
+    /// The only API key that is accepted.
+    #[serde(default = "default_api_key")]
+    pub api_key: String,
+    /// TCP port on 127.0.0.1; 0 picks a free one.
+    #[serde(default)]
+    pub port: u16,
+    /// How long state changes take.
+    #[serde(default)]
+    pub timing: Timing,
+    /// The market; `None` uses the provider's built-in default market.
+    #[serde(default)]
+    pub offers: Option<Vec<OfferConfig>>,
+    /// Faults armed at start (a scenario).
+    #[serde(default)]
+    pub faults: Vec<FaultRule>,
+    /// Spot instances are preempted this long after they start running.
+    #[serde(default)]
+    pub preempt_spot_after_ms: Option<u64>,
+    /// At most this many live instances per account (Lambda `global/quota-exceeded`,
+    /// RunPod 402, Vast `invalid_args`); `None` is unlimited.
+    #[serde(default)]
+    pub quota: Option<u32>,
+    /// Launch rate limit (Lambda only): 1 launch per 12 s by default, as documented.
+    #[serde(default)]
+    pub launch_rate_limit: RateLimit,
+    /// SSH key names registered at start (Lambda only; launch requires one that exists).
+    #[serde(default = "default_ssh_keys")]
+    pub ssh_key_names: Vec<String>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            api_key: default_api_key(),
+            port: 0,
+            timing: Timing::default(),
+            offers: None,
+            faults: Vec::new(),
+            preempt_spot_after_ms: None,
+            quota: None,
+            launch_rate_limit: RateLimit::default(),
+            ssh_key_names: default_ssh_keys(),
+        }
+    }
+}
+
+impl SimConfig {
+    /// A config with fast state changes and no launch rate limit, for tests.
+    pub fn fast() -> Self {
+        Self {
+            timing: Timing {
+                provisioning_ms: 50,
+                starting_ms: 50,
+                terminating_ms: 50,
+            },
+            launch_rate_limit: RateLimit {
+                max_requests: 1,
+                window_ms: 0,
+            },
+            ..Self::default()
+        }
+    }
+}
+
+fn default_ssh_keys() -> Vec<String> {
+    vec![DEFAULT_SSH_KEY.to_string()]
+}
+
+fn default_api_key() -> String {
+    DEFAULT_API_KEY.to_string()
+}
+
+/// Delays of the time-driven state changes.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timing {
+    /// Created until the image starts loading (RunPod PROVISIONING, Vast `null`).
+    pub provisioning_ms: u64,
+    /// Loading until running (RunPod STARTING, Vast `loading`, Lambda's `booting` is both).
+    pub starting_ms: u64,
+    /// Terminating until terminated (Lambda).
+    pub terminating_ms: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            provisioning_ms: 2_000,
+            starting_ms: 3_000,
+            terminating_ms: 2_000,
+        }
+    }
+}
+
+/// A sliding-window rate limit: at most `max_requests` per `window_ms`; a zero window disables it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Requests allowed per window.
+    pub max_requests: u32,
+    /// Window length in milliseconds.
+    pub window_ms: u64,
+}
+
+impl Default for RateLimit {
+    fn default() -> Self {
+        Self {
+            max_requests: 1,
+            window_ms: 12_000,
+        }
+    }
+}
+
+/// One offer of the market, in the provider's own vocabulary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfferConfig {
+    /// Vast ask id; assigned when absent (RunPod and Lambda have no offer ids on the wire).
+    #[serde(default)]
+    pub id: Option<u64>,
+    /// RunPod GPU type id, Lambda instance type name, or Vast `gpu_name`.
+    pub gpu: String,
+    /// GPUs per instance (RunPod: the most one pod may take).
+    #[serde(default = "one")]
+    pub gpu_count: u32,
+    /// Memory per GPU in GB.
+    #[serde(default = "default_gpu_memory")]
+    pub gpu_memory_gb: u32,
+    /// RunPod data center id, Lambda region name, or Vast geolocation ("City, CC").
+    pub region: String,
+    /// USD per hour: per GPU on RunPod, per instance on Lambda and Vast.
+    pub price_per_hour: f64,
+    /// Minimum spot bid in USD per hour (same unit as `price_per_hour`); `None` is no spot.
+    #[serde(default)]
+    pub spot_price_per_hour: Option<f64>,
+    /// How many more rentals the offer can take (RunPod: GPUs).
+    pub capacity: u32,
+    /// Host reliability in [0, 1] (Vast `reliability2`).
+    #[serde(default = "default_reliability")]
+    pub reliability: f64,
+    /// RunPod cloud: SECURE or COMMUNITY.
+    #[serde(default)]
+    pub cloud: Option<String>,
+    /// Vast `verified`.
+    #[serde(default = "yes")]
+    pub verified: bool,
+    /// vCPUs per instance.
+    #[serde(default = "default_vcpus")]
+    pub vcpus: u32,
+    /// RAM per instance in GB.
+    #[serde(default = "default_ram")]
+    pub ram_gb: u32,
+    /// Disk in GB.
+    #[serde(default = "default_disk")]
+    pub disk_gb: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn default_gpu_memory() -> u32 {
+    24
+}
+fn default_reliability() -> f64 {
+    0.99
+}
+fn default_vcpus() -> u32 {
+    8
+}
+fn default_ram() -> u32 {
+    32
+}
+fn default_disk() -> u32 {
+    100
+}
+
+/// The combined config of [`crate::CloudSim`] (see `cloudsim.example.yaml` in this crate); a
+/// missing section starts that simulator with defaults.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloudSimConfig {
+    /// RunPod simulator.
+    #[serde(default)]
+    pub runpod: SimConfig,
+    /// Lambda Cloud simulator.
+    #[serde(default)]
+    pub lambda: SimConfig,
+    /// Vast.ai simulator.
+    #[serde(default)]
+    pub vast: SimConfig,
+}
+
+impl CloudSimConfig {
+    /// Reads a YAML config file.
+    pub fn from_file(path: &Path) -> Result<Self, SimError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::ReadConfig {
+            path: shown.clone(),
+            source,
+        })?;
+        Self::from_yaml(&text).map_err(|source| SimError::ParseConfig {
+            path: shown,
+            source,
+        })
+    }
+
+    /// Parses a YAML document.
+    pub fn from_yaml(text: &str) -> Result<Self, serde_yaml::Error> {
+        serde_yaml::from_str(text)
+    }
+}

@@ -1,0 +1,341 @@
+//! Vast.ai instances: renting an ask, statuses derived from elapsed time, stop by preemption or
+//! low bid, destroy, and the keyset-paginated list.
+//!
+//! Not HTTP: handlers translate requests into these calls and results into wire bodies.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::query::{self, Condition};
+use super::wire::CreateRequest;
+use crate::clock::SimClock;
+use crate::market::Offer;
+use crate::server::Core;
+
+/// The largest page of `GET /api/v1/instances/`.
+pub(crate) const MAX_PAGE: usize = 25;
+/// The page size used when `limit` is zero or negative.
+pub(crate) const SMALL_PAGE: usize = 5;
+const FIRST_CONTRACT: u64 = 20_000_000;
+const DEFAULT_DISK_GB: f64 = 10.0;
+
+/// One rented instance.
+#[derive(Debug, Clone)]
+pub(crate) struct Instance {
+    pub id: u64,
+    pub label: String,
+    pub offer: Offer,
+    pub image: String,
+    pub args: Vec<String>,
+    pub disk: f64,
+    pub env: Vec<(String, String)>,
+    pub onstart: String,
+    pub runtype: String,
+    pub bid: Option<f64>,
+    pub created: Instant,
+    pub started: Instant,
+    pub stopped: Option<Instant>,
+    pub failed: bool,
+}
+
+impl Instance {
+    fn new(id: u64, offer: Offer, request: &CreateRequest, now: Instant, stopped: bool) -> Self {
+        Self {
+            id,
+            label: request.label.clone(),
+            image: request.image.clone().unwrap_or_default(),
+            args: request.args.clone(),
+            disk: request.disk.unwrap_or(DEFAULT_DISK_GB),
+            env: super::handlers::parse_env(request.env.as_ref()),
+            onstart: request.onstart.clone(),
+            runtype: request.runtype.clone().unwrap_or_else(|| "ssh".to_string()),
+            bid: request.price,
+            offer,
+            created: now,
+            started: now,
+            stopped: stopped.then_some(now),
+            failed: false,
+        }
+    }
+}
+
+/// How a rental ended.
+#[derive(Debug)]
+pub(crate) enum Rental {
+    /// Created and starting.
+    Created(u64),
+    /// The ask is gone or fully rented.
+    NoSuchAsk,
+    /// Created stopped because the bid is below the minimum.
+    BidTooLow { id: u64, min_bid: f64 },
+    /// The account's instance quota is used up.
+    QuotaExceeded,
+}
+
+/// One page of the instance list.
+#[derive(Debug)]
+pub(crate) struct Page {
+    pub instances: Vec<Value>,
+    pub found: usize,
+    pub total: usize,
+    pub next_after: Option<u64>,
+    pub label_counts: BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    instances: BTreeMap<u64, Instance>,
+    next_id: u64,
+}
+
+/// The Vast simulator's state.
+#[derive(Debug)]
+pub(crate) struct VastState {
+    pub core: Arc<Core>,
+    inner: Mutex<Inner>,
+}
+
+impl VastState {
+    pub fn new(core: Arc<Core>) -> Self {
+        let inner = Inner {
+            instances: BTreeMap::new(),
+            next_id: FIRST_CONTRACT,
+        };
+        Self {
+            core,
+            inner: Mutex::new(inner),
+        }
+    }
+
+    /// Rents `ask_id`; `force_low_bid` treats any bid as too low.
+    pub fn rent(&self, ask_id: u64, request: &CreateRequest, force_low_bid: bool) -> Rental {
+        let mut inner = self.inner.lock();
+        self.refresh(&mut inner);
+        if let Some(quota) = self.core.config.quota
+            && inner.instances.len() >= quota as usize
+        {
+            return Rental::QuotaExceeded;
+        }
+        let mut market = self.core.market.lock();
+        let Some(offer) = market.get(ask_id).cloned() else {
+            return Rental::NoSuchAsk;
+        };
+        if !market.reserve(ask_id, 1) {
+            return Rental::NoSuchAsk;
+        }
+        drop(market);
+        let min_bid = offer.min_bid().unwrap_or(offer.config.price_per_hour);
+        let low = request
+            .price
+            .is_some_and(|bid| force_low_bid || bid < min_bid);
+        let id = self.insert(&mut inner, offer, request, low);
+        if low {
+            Rental::BidTooLow { id, min_bid }
+        } else {
+            Rental::Created(id)
+        }
+    }
+
+    fn insert(
+        &self,
+        inner: &mut Inner,
+        offer: Offer,
+        request: &CreateRequest,
+        stopped: bool,
+    ) -> u64 {
+        inner.next_id += 1;
+        let id = inner.next_id;
+        let price = request.price.unwrap_or(offer.config.price_per_hour);
+        let mut ledger = self.core.ledger.lock();
+        let spot = request.price.is_some();
+        ledger.open(
+            &id.to_string(),
+            &request.label,
+            offer.id,
+            price,
+            spot,
+            !stopped,
+        );
+        let instance = Instance::new(id, offer, request, self.core.clock.now(), stopped);
+        inner.instances.insert(id, instance);
+        id
+    }
+
+    /// Adds `count` running on-demand instances labelled `{prefix}{n}` without touching the
+    /// market (for benchmarks and pagination tests).
+    pub fn seed(&self, count: usize, prefix: &str) -> Vec<u64> {
+        let offer = self.core.market.lock().offers().first().cloned();
+        let Some(offer) = offer else {
+            return Vec::new();
+        };
+        let mut inner = self.inner.lock();
+        (0..count)
+            .map(|n| {
+                let request = CreateRequest {
+                    label: format!("{prefix}{n}"),
+                    ..Default::default()
+                };
+                self.insert(&mut inner, offer.clone(), &request, false)
+            })
+            .collect()
+    }
+
+    /// The instance's JSON, or `None` if it does not exist (or was destroyed).
+    pub fn get(&self, id: u64) -> Option<Value> {
+        let mut inner = self.inner.lock();
+        self.refresh(&mut inner);
+        inner
+            .instances
+            .get(&id)
+            .map(|instance| self.render(instance))
+    }
+
+    /// Destroys an instance; false if it does not exist.
+    pub fn destroy(&self, id: u64) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(instance) = inner.instances.remove(&id) else {
+            return false;
+        };
+        self.core.market.lock().release(instance.offer.id, 1);
+        self.core.ledger.lock().close(&id.to_string());
+        true
+    }
+
+    /// Stops an instance now (preemption by a higher bid, or outbid); false if unknown or
+    /// already stopped.
+    pub fn stop(&self, id: u64) -> bool {
+        let mut inner = self.inner.lock();
+        let now = self.core.clock.now();
+        match inner.instances.get_mut(&id) {
+            Some(instance) if instance.stopped.is_none() => {
+                instance.stopped = Some(now);
+                self.core.ledger.lock().pause(&id.to_string(), now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Starts a stopped instance; false if unknown, or if its bid is below the minimum.
+    pub fn start(&self, id: u64) -> bool {
+        let mut inner = self.inner.lock();
+        let now = self.core.clock.now();
+        let Some(instance) = inner.instances.get_mut(&id) else {
+            return false;
+        };
+        let min_bid = instance.offer.min_bid().unwrap_or(0.0);
+        if instance.bid.is_some_and(|bid| bid < min_bid) {
+            return false;
+        }
+        if instance.stopped.take().is_some() {
+            instance.started = now;
+            self.core.ledger.lock().resume(&id.to_string());
+        }
+        true
+    }
+
+    /// Marks an instance as failed (`exited`); false if unknown.
+    pub fn fail(&self, id: u64) -> bool {
+        let mut inner = self.inner.lock();
+        inner
+            .instances
+            .get_mut(&id)
+            .map(|i| i.failed = true)
+            .is_some()
+    }
+
+    /// Changes an instance's label or bid; false if it does not exist.
+    pub fn update(&self, id: u64, label: Option<String>, bid: Option<f64>) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(instance) = inner.instances.get_mut(&id) else {
+            return false;
+        };
+        if let Some(label) = label {
+            instance.label = label;
+        }
+        if bid.is_some() {
+            instance.bid = bid;
+        }
+        true
+    }
+
+    /// One page of instances matching `filters`, ordered by id, after the keyset token. Only
+    /// the page's instances are rendered when there are no filters.
+    pub fn page(
+        &self,
+        filters: &[Condition],
+        after: Option<u64>,
+        limit: usize,
+        desc: bool,
+    ) -> Page {
+        let mut inner = self.inner.lock();
+        self.refresh(&mut inner);
+        let total = inner.instances.len();
+        let mut matching: Vec<&Instance> = inner
+            .instances
+            .values()
+            .filter(|i| filters.is_empty() || query::matches(&self.render(i), filters))
+            .collect();
+        if desc {
+            matching.reverse();
+        }
+        let label_counts = count_labels(&matching);
+        let found = matching.len();
+        let beyond = |i: &&Instance| {
+            after.is_none_or(|token| if desc { i.id < token } else { i.id > token })
+        };
+        let rest: Vec<&Instance> = matching.into_iter().filter(beyond).collect();
+        let next_after = (rest.len() > limit).then(|| rest[limit - 1].id);
+        let instances = rest.iter().take(limit).map(|i| self.render(i)).collect();
+        Page {
+            instances,
+            found,
+            total,
+            next_after,
+            label_counts,
+        }
+    }
+
+    /// Applies `preempt_spot_after_ms`: spot instances stop that long after they start running.
+    fn refresh(&self, inner: &mut Inner) {
+        let Some(after) = self.core.config.preempt_spot_after_ms else {
+            return;
+        };
+        let timing = self.core.config.timing;
+        let boot = SimClock::ms(timing.provisioning_ms + timing.starting_ms + after);
+        let now = self.core.clock.now();
+        for instance in inner.instances.values_mut() {
+            let due = instance.started + boot;
+            if instance.bid.is_some() && instance.stopped.is_none() && now >= due {
+                instance.stopped = Some(due);
+                self.core.ledger.lock().pause(&instance.id.to_string(), due);
+            }
+        }
+    }
+
+    fn render(&self, instance: &Instance) -> Value {
+        super::render::instance(instance, &self.core, self.core.clock.now())
+    }
+}
+
+fn count_labels(instances: &[&Instance]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for instance in instances {
+        *counts.entry(instance.label.clone()).or_default() += 1;
+    }
+    counts
+}
+
+/// Encodes a keyset position as an opaque token.
+pub(crate) fn token(after: u64) -> String {
+    format!("nt{after:x}")
+}
+
+/// Decodes a token; `None` if it is not one of ours.
+pub(crate) fn parse_token(token: &str) -> Option<u64> {
+    u64::from_str_radix(token.strip_prefix("nt")?, 16).ok()
+}
