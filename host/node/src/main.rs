@@ -4,6 +4,7 @@
 //! It is not where decisions are made: placement, fallback and pricing live in the broker and the
 //! policy engines, cloud APIs in the providers.
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 /// Command line of `neocloud-node`.
@@ -20,14 +21,38 @@ enum Command {
     Version,
     /// Print the CustomResourceDefinitions the node needs, as YAML.
     Crds,
+    /// Run local simulators of the RunPod, Lambda Cloud and Vast.ai APIs until interrupted.
+    Cloudsim {
+        /// The simulators' configuration (YAML; see host/cloudsim/cloudsim.example.yaml).
+        #[arg(long)]
+        config: std::path::PathBuf,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let out = match cli.command {
         Command::Version => format!("neocloud-node {}\n", env!("CARGO_PKG_VERSION")),
         Command::Crds => neocloud_node::crd::to_yaml()?,
+        Command::Cloudsim { config } => {
+            let config = neocloud_cloudsim::CloudSimConfig::from_file(&config)?;
+            runtime()?.block_on(neocloud_cloudsim::serve(config))?;
+            String::new()
+        }
     };
     std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;
     Ok(())
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the tokio runtime")
 }

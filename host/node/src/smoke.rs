@@ -222,27 +222,13 @@ async fn allowed_offers(
         .list_offers(&query)
         .await
         .context("listing offers failed")?;
-    let rank = |o: &Offer| {
-        opts.gpu_models
-            .iter()
-            .position(|m| {
-                GpuModel::accepted_by_name(m)
-                    .iter()
-                    .any(|a| a.accepts(&o.gpu))
-            })
-            .unwrap_or(if opts.gpu_models.is_empty() {
-                0
-            } else {
-                usize::MAX
-            })
-    };
-    let mut allowed: Vec<Offer> = offers
+    let mut allowed: Vec<(usize, Offer)> = offers
         .into_iter()
-        .filter(|o| allows(opts, o) && rank(o) != usize::MAX)
+        .filter(|o| allows(opts, o))
+        .filter_map(|o| Some((preference(opts, &o)?, o)))
         .collect();
-    allowed.sort_by(|a, b| {
-        rank(a)
-            .cmp(&rank(b))
+    allowed.sort_by(|(ra, a), (rb, b)| {
+        ra.cmp(rb)
             .then(a.rent_price_per_hour().total_cmp(&b.rent_price_per_hour()))
     });
     if allowed.is_empty() {
@@ -254,7 +240,19 @@ async fn allowed_offers(
             opts.max_price_per_hour
         );
     }
-    Ok(allowed)
+    Ok(allowed.into_iter().map(|(_, o)| o).collect())
+}
+
+/// The position of the offer's GPU among the wanted models (0 when any model is accepted).
+fn preference(opts: &SmokeOptions, offer: &Offer) -> Option<usize> {
+    if opts.gpu_models.is_empty() {
+        return Some(0);
+    }
+    opts.gpu_models.iter().position(|m| {
+        GpuModel::accepted_by_name(m)
+            .iter()
+            .any(|a| a.accepts(&offer.gpu))
+    })
 }
 
 fn allows(opts: &SmokeOptions, offer: &Offer) -> bool {
