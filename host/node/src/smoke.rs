@@ -14,7 +14,7 @@ use neocloud_core::{
     ProviderHints, ProviderId, RunpodCloudType, WorkloadSpec,
 };
 use neocloud_providers::{
-    CreateRequest, FakeProvider, LambdaProvider, Provider, RunpodProvider, VastProvider,
+    CreateRequest, FakeProvider, LambdaProvider, Provider, RunpodProvider, VastConfig, VastProvider,
 };
 
 /// What the smoke test rents and how long it waits.
@@ -101,13 +101,22 @@ pub struct SmokeReport {
     pub capacity_refusals: Vec<String>,
 }
 
-/// Builds the adapter for `provider` from the specification's environment variables; the fake
-/// gets a small market of its own.
-pub fn provider_from_env(provider: ProviderId) -> anyhow::Result<Arc<dyn Provider>> {
+/// Builds the adapter for `provider` from the specification's environment variables; Vast's
+/// search defaults follow the options, and the fake gets a small market of its own.
+pub fn provider_from_env(
+    provider: ProviderId,
+    opts: &SmokeOptions,
+) -> anyhow::Result<Arc<dyn Provider>> {
     Ok(match provider {
         ProviderId::Runpod => Arc::new(RunpodProvider::from_env()?),
         ProviderId::Lambda => Arc::new(LambdaProvider::from_env()?),
-        ProviderId::Vast => Arc::new(VastProvider::from_env()?),
+        ProviderId::Vast => {
+            let mut config = VastConfig::from_env()?;
+            config.verified = opts.verified_only;
+            config.min_reliability = opts.min_reliability.unwrap_or(0.0);
+            config.disk_gib = opts.disk_gib.unwrap_or(config.disk_gib);
+            Arc::new(VastProvider::new(config)?)
+        }
         ProviderId::Fake => Arc::new(fake_market()),
         ProviderId::Kube => bail!("the kube provider has no smoke test"),
     })

@@ -4,3 +4,9 @@
 //!
 //! This is the only crate that links wasmtime and cel. It is not for deciding anything itself:
 //! the broker calls it and owns the built-in defaults.
+//!
+//! - [`cel`]: CEL constraint and rank expressions over offers, compiled once and cached.
+//! - [`wasm`]: the component engine for guest policies (WIT package `neocloud:policy@0.1.0`).
+
+pub mod cel;
+pub mod wasm;

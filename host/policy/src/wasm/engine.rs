@@ -1,0 +1,194 @@
+//! The shared wasmtime engine: configuration (pooling allocator, epoch interruption, stack limit,
+//! optional fuel), the epoch ticker thread, and the compile-once cache keyed by the component's
+//! sha256 and the engine fingerprint (in memory, plus wasmtime's on-disk cache when a directory
+//! is configured).
+//!
+//! Not for running decisions (see [`super::policy`]) or fetching sources (see [`super::source`]).
+//!
+//! The disk cache is wasmtime's own (`Config::cache`): it keys entries by a hash of the wasm
+//! bytes, the compiler settings and the wasmtime version, and deserialises them itself. We do not
+//! call `Component::deserialize` ourselves because it is `unsafe` and the workspace forbids
+//! `unsafe_code` (a `forbid` cannot be relaxed by an `allow`).
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use wasmtime::component::Component;
+use wasmtime::{Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy};
+use wasmtime::{PoolingAllocationConfig, WasmBacktraceDetails};
+
+use super::config::EngineConfig;
+use super::error::WasmError;
+use super::policy::WasmPolicy;
+use super::source::PolicySource;
+use super::ticker::EpochTicker;
+use super::{PolicySettings, source};
+
+/// Counters that show what the cache did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Components compiled from Wasm (neither cache had them).
+    pub compiled: u64,
+    /// Loads served from the in-memory cache.
+    pub memory_hits: u64,
+    /// Loads served from the on-disk cache (no compilation).
+    pub disk_hits: u64,
+}
+
+/// A wasmtime engine shared by every policy. Cheap to clone; the epoch ticker stops when the
+/// last clone is dropped.
+#[derive(Clone, Debug)]
+pub struct WasmEngine {
+    inner: Arc<Inner>,
+}
+
+/// One digest's compiled component, filled by the first load.
+type Slot = Arc<Mutex<Option<Component>>>;
+
+struct Inner {
+    engine: Engine,
+    config: EngineConfig,
+    fingerprint: u64,
+    components: Mutex<HashMap<(String, u64), Slot>>,
+    disk: Option<Cache>,
+    from_bytes: AtomicU64,
+    memory_hits: AtomicU64,
+    _ticker: EpochTicker,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmEngine")
+            .field("config", &self.config)
+            .field("fingerprint", &format_args!("{:016x}", self.fingerprint))
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasmEngine {
+    /// Builds the engine and starts its epoch ticker.
+    pub fn new(config: EngineConfig) -> Result<Self, WasmError> {
+        let disk = config.cache_dir.as_ref().map(open_disk_cache).transpose()?;
+        let engine = Engine::new(&wasmtime_config(&config, disk.clone()))
+            .map_err(|e| WasmError::Engine(format!("{e:#}")))?;
+        let fingerprint = fingerprint(&engine);
+        let ticker = EpochTicker::start(engine.clone(), config.epoch_tick);
+        let inner = Inner {
+            engine,
+            config,
+            fingerprint,
+            components: Mutex::new(HashMap::new()),
+            disk,
+            from_bytes: AtomicU64::new(0),
+            memory_hits: AtomicU64::new(0),
+            _ticker: ticker,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Reads `source`, checks its digest, compiles it unless cached, and prepares it for
+    /// decisions. Fails if the component implements no role or imports what it was not granted.
+    pub fn load(
+        &self,
+        source: &PolicySource,
+        settings: PolicySettings,
+    ) -> Result<WasmPolicy, WasmError> {
+        let loaded = source::read(source)?;
+        let component = self.component(&loaded.digest, &loaded.bytes)?;
+        WasmPolicy::prepare(self.clone(), &component, &loaded, settings)
+    }
+
+    /// What the cache has done so far.
+    pub fn stats(&self) -> EngineStats {
+        let from_bytes = self.inner.from_bytes.load(Ordering::Relaxed);
+        let disk_hits = self
+            .inner
+            .disk
+            .as_ref()
+            .map_or(0, |c| c.cache_hits() as u64);
+        EngineStats {
+            compiled: from_bytes.saturating_sub(disk_hits),
+            memory_hits: self.inner.memory_hits.load(Ordering::Relaxed),
+            disk_hits,
+        }
+    }
+
+    /// The engine configuration this engine was built with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    pub(crate) fn wasmtime(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The compiled component for `digest`, compiling it at most once per engine configuration.
+    /// Loads of different digests compile in parallel; loads of the same digest wait for one.
+    fn component(&self, digest: &str, bytes: &[u8]) -> Result<Component, WasmError> {
+        let key = (digest.to_owned(), self.inner.fingerprint);
+        let slot = Arc::clone(self.inner.components.lock().entry(key).or_default());
+        let mut slot = slot.lock();
+        if let Some(found) = slot.as_ref() {
+            self.inner.memory_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(found.clone());
+        }
+        self.inner.from_bytes.fetch_add(1, Ordering::Relaxed);
+        let component =
+            Component::new(&self.inner.engine, bytes).map_err(|e| WasmError::Compile {
+                digest: digest.to_owned(),
+                message: format!("{e:#}"),
+            })?;
+        *slot = Some(component.clone());
+        Ok(component)
+    }
+}
+
+fn open_disk_cache(dir: &std::path::PathBuf) -> Result<Cache, WasmError> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        WasmError::Engine(format!(
+            "failed to create cache directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let mut config = CacheConfig::new();
+    config.with_directory(dir);
+    Cache::new(config).map_err(|e| {
+        WasmError::Engine(format!(
+            "failed to open cache directory {}: {e:#}",
+            dir.display()
+        ))
+    })
+}
+
+fn wasmtime_config(config: &EngineConfig, disk: Option<Cache>) -> Config {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(config.pool_instances)
+        .total_core_instances(config.pool_instances * 16)
+        .total_memories(config.pool_instances * 2)
+        .total_tables(config.pool_instances * 4)
+        .max_memory_size(config.pool_max_memory)
+        .table_elements(config.pool_table_elements)
+        .max_core_instance_size(4 << 20)
+        .max_component_instance_size(1 << 20);
+    let mut wasm = Config::new();
+    wasm.epoch_interruption(true)
+        .max_wasm_stack(config.max_wasm_stack)
+        .consume_fuel(config.fuel)
+        .wasm_backtrace_details(WasmBacktraceDetails::Disable)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+        .cache(disk);
+    wasm
+}
+
+/// A hash of everything that makes compiled code incompatible: wasmtime's version and compiler
+/// settings (`precompile_compatibility_hash`).
+fn fingerprint(engine: &Engine) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    hasher.finish()
+}

@@ -1,0 +1,161 @@
+//! What the HTTP adapters share that is not HTTP: matching offered GPUs against an
+//! [`OfferQuery`], reading the specification's environment variables, the configuration error,
+//! and per-name create serialisation.
+//!
+//! Not wire formats (each adapter's `wire` module) and not classification (each `errors`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use neocloud_core::{CapacityType, GpuModel, OfferQuery};
+
+/// Why an adapter could not be configured.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A required variable is unset or empty.
+    #[error("failed to configure {provider}: {variable} is not set ({hint})")]
+    MissingVariable {
+        /// Provider name.
+        provider: &'static str,
+        /// The environment variable.
+        variable: &'static str,
+        /// What to put there.
+        hint: &'static str,
+    },
+    /// A value is present but unusable.
+    #[error("failed to configure {provider}: {message}")]
+    Invalid {
+        /// Provider name.
+        provider: &'static str,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("failed to configure {provider}: cannot build the http client: {source}")]
+    Client {
+        /// Provider name.
+        provider: &'static str,
+        /// The reqwest error.
+        #[source]
+        source: reqwest::Error,
+    },
+}
+
+/// A non-empty environment variable.
+pub(crate) fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Whether an offered GPU is one the query asks for (any GPU when the query names none).
+pub(crate) fn wants_gpu(query: &OfferQuery, offered: &GpuModel) -> bool {
+    query.gpu_models.is_empty()
+        || query
+            .gpu_models
+            .iter()
+            .flat_map(|name| GpuModel::accepted_by_name(name))
+            .any(|accepted| accepted.accepts(offered))
+}
+
+/// Whether the query's GPU count (0 = any) allows `count`.
+pub(crate) fn wants_count(query: &OfferQuery, count: u32) -> bool {
+    query.gpu_count == 0 || query.gpu_count == count
+}
+
+/// Whether the query wants on-demand and spot offers, in that order.
+pub(crate) fn wants_capacity(query: &OfferQuery) -> (bool, bool) {
+    match query.capacity {
+        None | Some(CapacityType::Any) => (true, true),
+        Some(CapacityType::OnDemand) => (true, false),
+        Some(CapacityType::Spot) => (false, true),
+    }
+}
+
+/// Serialises creates per external name inside one adapter, so two concurrent creates of one
+/// name cannot both rent.
+#[derive(Debug, Default)]
+pub(crate) struct NameLocks {
+    held: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Held while a create for one name runs.
+#[derive(Debug)]
+pub(crate) struct NameGuard<'a> {
+    locks: &'a NameLocks,
+    name: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl NameLocks {
+    /// Waits until no other create for `name` runs in this adapter.
+    pub async fn lock(&self, name: &str) -> NameGuard<'_> {
+        let mutex = self.held.lock().entry(name.to_owned()).or_default().clone();
+        let guard = mutex.lock_owned().await;
+        NameGuard {
+            locks: self,
+            name: name.to_owned(),
+            guard: Some(guard),
+        }
+    }
+}
+
+impl Drop for NameGuard<'_> {
+    fn drop(&mut self) {
+        let mut held = self.locks.held.lock();
+        drop(self.guard.take());
+        if held
+            .get(&self.name)
+            .is_some_and(|m| Arc::strong_count(m) == 1)
+        {
+            held.remove(&self.name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn query(models: &[&str], count: u32) -> OfferQuery {
+        OfferQuery {
+            gpu_models: models.iter().map(|m| (*m).to_owned()).collect(),
+            gpu_count: count,
+            capacity: None,
+        }
+    }
+
+    #[test]
+    fn a_family_name_matches_every_variant_and_nothing_else() {
+        let q = query(&["A100"], 1);
+        assert!(wants_gpu(
+            &q,
+            &GpuModel::from_provider("A100 SXM4", Some(80))
+        ));
+        assert!(!wants_gpu(&q, &GpuModel::from_provider("NVIDIA A40", None)));
+        assert!(wants_gpu(
+            &query(&[], 0),
+            &GpuModel::from_provider("anything", None)
+        ));
+    }
+
+    #[test]
+    fn count_zero_means_any_count() {
+        assert!(wants_count(&query(&[], 0), 8));
+        assert!(!wants_count(&query(&[], 1), 8));
+    }
+
+    #[tokio::test]
+    async fn a_second_create_of_one_name_waits_for_the_first_and_the_lock_is_then_forgotten() {
+        let locks = NameLocks::default();
+        let first = locks.lock("nc-1").await;
+        let other = locks.lock("nc-2").await;
+        let waiting = tokio::time::timeout(Duration::from_millis(50), locks.lock("nc-1")).await;
+        assert!(waiting.is_err(), "a second lock of one name must wait");
+        drop(first);
+        drop(other);
+        let again = locks.lock("nc-1").await;
+        drop(again);
+        assert!(locks.held.lock().is_empty());
+    }
+}

@@ -1,0 +1,378 @@
+//! Shared HTTP plumbing for the cloud adapters: one reqwest client per adapter with timeouts,
+//! bearer authentication, retries only where they are safe (reads and deletes on network errors,
+//! 5xx and 429; creates only on 429, since a 429 is refused before any work is done), Retry-After
+//! handling, transport-error classification, and API keys that never reach a log or a message.
+//!
+//! Not for provider error bodies (each adapter's `errors` module classifies those) and not for
+//! lost-response recovery (each adapter looks the instance up by name after an unknown outcome).
+
+use std::fmt;
+use std::time::Duration;
+
+use neocloud_core::{FailureClass, ProviderId};
+use reqwest::header::RETRY_AFTER;
+use reqwest::{Client, RequestBuilder, StatusCode};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use crate::provider::{Operation, ProviderError};
+
+/// An API key. Its `Debug` never shows it; adapters pass it to [`ProviderError::redact`].
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> ApiKey {
+        ApiKey(key.into())
+    }
+
+    /// Whether the key is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.trim().is_empty()
+    }
+
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey([redacted])")
+    }
+}
+
+/// Timeouts and retry budget of one adapter's HTTP client.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Whole-request timeout in milliseconds.
+    pub timeout_ms: u64,
+    /// Connection timeout in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Attempts per safe call, including the first (at least 1).
+    pub max_attempts: u32,
+    /// First backoff between attempts when the provider gives no Retry-After; doubles each time.
+    pub backoff_ms: u64,
+    /// The longest wait between attempts, whatever Retry-After says.
+    pub max_retry_wait_ms: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            timeout_ms: 30_000,
+            connect_timeout_ms: 10_000,
+            max_attempts: 3,
+            backoff_ms: 250,
+            max_retry_wait_ms: 30_000,
+        }
+    }
+}
+
+/// Whether a request may be repeated after an unknown outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Safety {
+    /// Reads and deletes: retried on network errors, 5xx and 429.
+    Retryable,
+    /// Creates: retried only on 429, which the providers answer before doing anything.
+    CreateOnce,
+}
+
+/// What a provider call is about, for errors and logs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub op: Operation,
+    pub subject: Option<&'a str>,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(op: Operation, subject: Option<&'a str>) -> Call<'a> {
+        Call { op, subject }
+    }
+}
+
+/// A complete HTTP answer (any status).
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    pub status: StatusCode,
+    pub retry_after: Option<Duration>,
+    pub body: String,
+}
+
+/// One adapter's client: base URL, key, retry policy.
+#[derive(Clone)]
+pub(crate) struct Http {
+    client: Client,
+    base: String,
+    key: ApiKey,
+    provider: ProviderId,
+    config: HttpConfig,
+}
+
+impl fmt::Debug for Http {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Http")
+            .field("base", &self.base)
+            .field("key", &self.key)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Http {
+    /// Builds the client; fails only if TLS cannot be initialised.
+    pub fn new(
+        provider: ProviderId,
+        base: &str,
+        key: ApiKey,
+        config: HttpConfig,
+    ) -> Result<Http, reqwest::Error> {
+        let client = Client::builder()
+            .timeout(Duration::from_millis(config.timeout_ms))
+            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
+            .user_agent(concat!("neocloud-node/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        let base = base.trim_end_matches('/').to_owned();
+        Ok(Http {
+            client,
+            base,
+            key,
+            provider,
+            config,
+        })
+    }
+
+    /// `base` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// The API key, for redaction.
+    pub fn key(&self) -> &str {
+        self.key.expose()
+    }
+
+    /// A classified, redacted error about `call`.
+    pub fn error(&self, call: Call<'_>, class: FailureClass, message: String) -> ProviderError {
+        let mut error = ProviderError::new(self.provider, call.op, class, message);
+        if let Some(subject) = call.subject {
+            error = error.with_subject(subject);
+        }
+        error.redact(self.key())
+    }
+
+    /// Sends the request `build` makes (with the bearer key added), retrying as `safety` allows,
+    /// and returns the final answer whatever its status; only transport failures are errors.
+    /// Each call runs in a `provider_call` span naming the provider, operation and subject.
+    pub async fn send<F>(
+        &self,
+        call: Call<'_>,
+        safety: Safety,
+        build: F,
+    ) -> Result<Reply, ProviderError>
+    where
+        F: Fn(&Client) -> RequestBuilder,
+    {
+        let span = tracing::debug_span!(
+            "provider_call",
+            provider = %self.provider,
+            op = %call.op,
+            subject = call.subject.unwrap_or_default(),
+        );
+        self.attempts(call, safety, build).instrument(span).await
+    }
+
+    async fn attempts<F>(
+        &self,
+        call: Call<'_>,
+        safety: Safety,
+        build: F,
+    ) -> Result<Reply, ProviderError>
+    where
+        F: Fn(&Client) -> RequestBuilder,
+    {
+        let mut attempt = 1;
+        loop {
+            let outcome = self.fetch(&build).await;
+            match self.retry_wait(&outcome, safety, attempt) {
+                Some(wait) => {
+                    tracing::debug!(attempt, ?wait, "retrying provider call");
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                None => return outcome.map_err(|e| self.transport_error(call, &e)),
+            }
+        }
+    }
+
+    async fn fetch<F>(&self, build: &F) -> Result<Reply, reqwest::Error>
+    where
+        F: Fn(&Client) -> RequestBuilder,
+    {
+        let response = build(&self.client)
+            .bearer_auth(self.key.expose())
+            .send()
+            .await?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let body = response.text().await?;
+        Ok(Reply {
+            status,
+            retry_after,
+            body,
+        })
+    }
+
+    /// How long to wait before another attempt, or `None` to stop.
+    fn retry_wait(
+        &self,
+        outcome: &Result<Reply, reqwest::Error>,
+        safety: Safety,
+        attempt: u32,
+    ) -> Option<Duration> {
+        if attempt >= self.config.max_attempts.max(1) {
+            return None;
+        }
+        let backoff = Duration::from_millis(
+            self.config
+                .backoff_ms
+                .saturating_mul(1 << (attempt - 1).min(10)),
+        );
+        let wait = match outcome {
+            Ok(reply) if reply.status == StatusCode::TOO_MANY_REQUESTS => {
+                reply.retry_after.unwrap_or(backoff)
+            }
+            Ok(reply) if reply.status.is_server_error() && safety == Safety::Retryable => backoff,
+            Err(_) if safety == Safety::Retryable => backoff,
+            _ => return None,
+        };
+        Some(wait.min(Duration::from_millis(self.config.max_retry_wait_ms)))
+    }
+
+    /// Timeout when the client gave up waiting, transient otherwise; either way the outcome of
+    /// the request is unknown.
+    fn transport_error(&self, call: Call<'_>, error: &reqwest::Error) -> ProviderError {
+        let (class, code, what) = if error.is_timeout() {
+            (FailureClass::Timeout, "timeout", "request timed out")
+        } else if error.is_connect() {
+            (FailureClass::Transient, "connect", "could not connect")
+        } else {
+            (FailureClass::Transient, "transport", "request failed")
+        };
+        let message = format!("{what}: {}", chain(error));
+        self.error(call, class, message).with_code(code)
+    }
+
+    /// Parses a 2xx body as `T`; a body that does not parse is a transient error.
+    pub fn decode<T: DeserializeOwned>(
+        &self,
+        call: Call<'_>,
+        reply: &Reply,
+    ) -> Result<T, ProviderError> {
+        serde_json::from_str(&reply.body).map_err(|e| {
+            let message = format!("unexpected response body ({e}): {}", excerpt(&reply.body));
+            self.error(call, FailureClass::Transient, message)
+                .with_code("decode")
+        })
+    }
+}
+
+/// Every message in an error's source chain, without URLs.
+fn chain(error: &reqwest::Error) -> String {
+    let mut parts = Vec::new();
+    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(error);
+    while let Some(current) = source {
+        parts.push(current.to_string());
+        source = current.source();
+    }
+    if parts.is_empty() {
+        parts.push("no further detail".to_owned());
+    }
+    parts.join(": ")
+}
+
+/// `Retry-After` in seconds (integer or decimal); HTTP dates are ignored.
+pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
+    let seconds: f64 = value.trim().parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+}
+
+/// At most 300 characters of a body, for messages.
+pub(crate) fn excerpt(body: &str) -> String {
+    let trimmed = body.trim();
+    match trimmed.char_indices().nth(300) {
+        Some((cut, _)) => format!("{}…", &trimmed[..cut]),
+        None => trimmed.to_owned(),
+    }
+}
+
+/// The class of an HTTP status when the body says nothing more specific.
+pub(crate) fn class_of_status(status: StatusCode) -> FailureClass {
+    match status.as_u16() {
+        401 | 403 => FailureClass::Auth,
+        402 => FailureClass::Quota,
+        408 | 504 => FailureClass::Timeout,
+        429 => FailureClass::RateLimited,
+        500..=599 => FailureClass::Transient,
+        _ => FailureClass::InvalidRequest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_key_never_shows_in_debug_output() {
+        let key = ApiKey::new("rpa_SECRET123");
+        assert_eq!(format!("{key:?}"), "ApiKey([redacted])");
+        assert!(!format!("{:?}", Some(key)).contains("SECRET"));
+    }
+
+    #[test]
+    fn retry_after_accepts_seconds_and_ignores_dates() {
+        assert_eq!(parse_retry_after("3"), Some(Duration::from_secs(3)));
+        assert_eq!(parse_retry_after(" 0.5 "), Some(Duration::from_millis(500)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2026 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+    }
+
+    #[test]
+    fn long_bodies_are_cut_to_an_excerpt() {
+        let long = "x".repeat(1000);
+        assert_eq!(excerpt(&long).chars().count(), 301);
+        assert_eq!(excerpt("  short  "), "short");
+    }
+
+    #[test]
+    fn statuses_map_to_the_classes_the_fallback_ladder_expects() {
+        assert_eq!(
+            class_of_status(StatusCode::UNAUTHORIZED),
+            FailureClass::Auth
+        );
+        assert_eq!(
+            class_of_status(StatusCode::PAYMENT_REQUIRED),
+            FailureClass::Quota
+        );
+        assert_eq!(
+            class_of_status(StatusCode::TOO_MANY_REQUESTS),
+            FailureClass::RateLimited
+        );
+        assert_eq!(
+            class_of_status(StatusCode::BAD_GATEWAY),
+            FailureClass::Transient
+        );
+        assert_eq!(
+            class_of_status(StatusCode::UNPROCESSABLE_ENTITY),
+            FailureClass::InvalidRequest
+        );
+    }
+}

@@ -1,0 +1,360 @@
+//! The Lambda Cloud adapter: offers from `/instance-types`, launch with our name, a name tag,
+//! exactly one configured SSH key and the configured cloud-init `user_data`, get, list,
+//! terminate. Before each launch it checks `/instance-types` for capacity in the region (launch
+//! is rate-limited, so a doomed launch is never sent) and waits for the client-side launch
+//! interval. Creates are idempotent by name; after a timeout or 5xx the name is looked up again.
+//!
+//! Not SSH key management, file systems or firewall rules.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use neocloud_core::{FailureClass, InstanceState, Offer, OfferQuery, ProviderId};
+use reqwest::StatusCode;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use super::config::LambdaConfig;
+use super::convert::{self, NAME_TAG};
+use super::errors::{self, INSUFFICIENT_CAPACITY};
+use super::wire::{Data, Instance, InstanceTypes, Launch, Launched, SshKey, Tag, Terminate};
+use crate::common::{ConfigError, NameLocks, wants_capacity};
+use crate::http::{Call, Http, Safety};
+use crate::provider::{CreateRequest, Operation, Provider, ProviderError};
+
+/// Spaces launches at least `interval` apart, across every caller of one adapter.
+#[derive(Debug)]
+struct LaunchLimiter {
+    interval: Duration,
+    last: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl LaunchLimiter {
+    async fn wait_turn(&self) -> tokio::sync::MutexGuard<'_, Option<Instant>> {
+        let mut last = self.last.lock().await;
+        if let Some(at) = *last {
+            tokio::time::sleep_until(at + self.interval).await;
+        }
+        *last = Some(Instant::now());
+        last
+    }
+}
+
+/// Lambda Cloud virtual machines.
+pub struct LambdaProvider {
+    http: Http,
+    config: LambdaConfig,
+    limiter: LaunchLimiter,
+    locks: NameLocks,
+}
+
+impl fmt::Debug for LambdaProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LambdaProvider")
+            .field("http", &self.http)
+            .field("ssh_key_name", &self.config.ssh_key_name)
+            .finish()
+    }
+}
+
+impl LambdaProvider {
+    /// An adapter for `config`.
+    pub fn new(config: LambdaConfig) -> Result<LambdaProvider, ConfigError> {
+        let invalid = |message: &str| ConfigError::Invalid {
+            provider: "lambda",
+            message: message.to_owned(),
+        };
+        if config.api_key.is_empty() {
+            return Err(invalid("api_key is empty"));
+        }
+        if config.ssh_key_name.trim().is_empty() {
+            return Err(invalid(
+                "ssh_key_name is empty; lambda requires exactly one ssh key per launch",
+            ));
+        }
+        let http = Http::new(
+            ProviderId::Lambda,
+            &config.base_url,
+            config.api_key.clone(),
+            config.http.clone(),
+        )
+        .map_err(|source| ConfigError::Client {
+            provider: "lambda",
+            source,
+        })?;
+        let limiter = LaunchLimiter {
+            interval: Duration::from_millis(config.launch_interval_ms),
+            last: tokio::sync::Mutex::new(None),
+        };
+        Ok(LambdaProvider {
+            http,
+            config,
+            limiter,
+            locks: NameLocks::default(),
+        })
+    }
+
+    /// An adapter configured from the environment (see [`LambdaConfig::from_env`]).
+    pub fn from_env() -> Result<LambdaProvider, ConfigError> {
+        LambdaProvider::new(LambdaConfig::from_env()?)
+    }
+
+    async fn get_json<T: DeserializeOwned>(
+        &self,
+        call: Call<'_>,
+        path: &str,
+    ) -> Result<T, ProviderError> {
+        let url = self.http.url(path);
+        let reply = self
+            .http
+            .send(call, Safety::Retryable, |c| c.get(&url))
+            .await?;
+        if !reply.status.is_success() {
+            return Err(errors::error(&self.http, call, &reply));
+        }
+        Ok(self.http.decode::<Data<T>>(call, &reply)?.data)
+    }
+
+    async fn instances(&self, call: Call<'_>) -> Result<Vec<InstanceState>, ProviderError> {
+        let all: Vec<Instance> = self.get_json(call, "/instances").await?;
+        Ok(all
+            .iter()
+            .map(convert::state)
+            .filter(convert::is_live)
+            .collect())
+    }
+
+    /// Refuses a launch that `/instance-types` says cannot succeed, naming where it could.
+    async fn check_capacity(
+        &self,
+        call: Call<'_>,
+        kind: &str,
+        region: &str,
+    ) -> Result<(), ProviderError> {
+        let types: InstanceTypes = self.get_json(call, "/instance-types").await?;
+        let Some(entry) = types.get(kind) else {
+            let message = format!("instance type {kind} does not exist");
+            return Err(self
+                .http
+                .error(call, FailureClass::InvalidRequest, message)
+                .with_code("global/object-does-not-exist"));
+        };
+        let regions: Vec<&str> = entry
+            .regions_with_capacity_available
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        if regions.contains(&region) {
+            return Ok(());
+        }
+        let message = format!(
+            "no {kind} capacity in {region}; regions with capacity available: {}",
+            regions.join(", ")
+        );
+        Err(self
+            .http
+            .error(call, FailureClass::Capacity, message)
+            .with_code(INSUFFICIENT_CAPACITY))
+    }
+
+    async fn launch(
+        &self,
+        request: &CreateRequest,
+        kind: &str,
+        region: &str,
+    ) -> Result<InstanceState, ProviderError> {
+        let name = &request.external_name;
+        let call = Call::new(Operation::Create, Some(name));
+        let body = self.launch_body(request, kind, region);
+        let url = self.http.url("/instance-operations/launch");
+        let reply = {
+            let _turn = self.limiter.wait_turn().await;
+            self.http
+                .send(call, Safety::CreateOnce, |c| c.post(&url).json(&body))
+                .await?
+        };
+        if !reply.status.is_success() {
+            return Err(errors::error(&self.http, call, &reply));
+        }
+        let launched: Data<Launched> = self.http.decode(call, &reply)?;
+        let id = launched
+            .data
+            .instance_ids
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        match self.get(&id).await {
+            Ok(Some(state)) => Ok(state),
+            _ => Err(self.http.error(
+                call,
+                FailureClass::Transient,
+                format!("instance {id} was launched but cannot be read"),
+            )),
+        }
+    }
+
+    fn launch_body(&self, request: &CreateRequest, kind: &str, region: &str) -> Launch {
+        let name = &request.external_name;
+        Launch {
+            region_name: region.to_owned(),
+            instance_type_name: kind.to_owned(),
+            ssh_key_names: vec![self.config.ssh_key_name.clone()],
+            name: name.clone(),
+            user_data: self.config.user_data.clone(),
+            tags: vec![Tag {
+                key: NAME_TAG.to_owned(),
+                value: name.clone(),
+            }],
+        }
+    }
+
+    async fn recover(
+        &self,
+        name: &str,
+        error: ProviderError,
+    ) -> Result<InstanceState, ProviderError> {
+        match self.find_by_name(name).await {
+            Ok(Some(found)) => {
+                tracing::info!(provider = "lambda", name, id = %found.id, class = %error.class, "recovered a launch whose answer was lost");
+                Ok(found)
+            }
+            Ok(None) => Err(error),
+            Err(lookup) => {
+                tracing::warn!(provider = "lambda", name, error = %lookup, "lookup by name after an unknown launch outcome failed");
+                Err(error)
+            }
+        }
+    }
+
+    fn check_request(
+        &self,
+        call: Call<'_>,
+        request: &CreateRequest,
+    ) -> Result<(String, String), ProviderError> {
+        let name = &request.external_name;
+        if name.is_empty() || name.chars().count() > 64 {
+            let message = format!(
+                "instance names must have 1 to 64 characters, {name:?} has {}",
+                name.chars().count()
+            );
+            return Err(self.http.error(call, FailureClass::InvalidRequest, message));
+        }
+        match convert::parse_offer_id(&request.offer.id) {
+            Some((kind, region)) => Ok((kind.to_owned(), region.to_owned())),
+            None => {
+                let message = format!(
+                    "offer id {} is not a lambda offer (instanceType/region)",
+                    request.offer.id
+                );
+                Err(self.http.error(call, FailureClass::InvalidRequest, message))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for LambdaProvider {
+    fn id(&self) -> ProviderId {
+        ProviderId::Lambda
+    }
+
+    async fn list_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, ProviderError> {
+        if !wants_capacity(query).0 {
+            return Ok(Vec::new());
+        }
+        let call = Call::new(Operation::ListOffers, None);
+        let types: InstanceTypes = self.get_json(call, "/instance-types").await?;
+        Ok(types
+            .values()
+            .flat_map(|entry| convert::offers(entry, query))
+            .collect())
+    }
+
+    async fn create(&self, request: &CreateRequest) -> Result<InstanceState, ProviderError> {
+        let name = request.external_name.as_str();
+        let call = Call::new(Operation::Create, Some(name));
+        let (kind, region) = self.check_request(call, request)?;
+        let _serialised = self.locks.lock(name).await;
+        if let Some(existing) = self.find_by_name(name).await? {
+            return Ok(existing);
+        }
+        self.check_capacity(call, &kind, &region).await?;
+        match self.launch(request, &kind, &region).await {
+            Err(error) if error.class.outcome_unknown() => self.recover(name, error).await,
+            other => other,
+        }
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<InstanceState>, ProviderError> {
+        let call = Call::new(Operation::Get, Some(id));
+        if id.is_empty() || id.contains('/') {
+            return Ok(None);
+        }
+        let url = self.http.url(&format!("/instances/{id}"));
+        let reply = self
+            .http
+            .send(call, Safety::Retryable, |c| c.get(&url))
+            .await?;
+        match reply.status {
+            StatusCode::NOT_FOUND => Ok(None),
+            s if s.is_success() => Ok(Some(convert::state(
+                &self.http.decode::<Data<Instance>>(call, &reply)?.data,
+            ))),
+            _ => Err(errors::error(&self.http, call, &reply)),
+        }
+    }
+
+    async fn find_by_name(
+        &self,
+        external_name: &str,
+    ) -> Result<Option<InstanceState>, ProviderError> {
+        let call = Call::new(Operation::FindByName, Some(external_name));
+        let live = self.instances(call).await?;
+        Ok(live.into_iter().find(|s| s.external_name == external_name))
+    }
+
+    async fn list_ours(&self, prefix: &str) -> Result<Vec<InstanceState>, ProviderError> {
+        let call = Call::new(Operation::ListOurs, Some(prefix));
+        let live = self.instances(call).await?;
+        Ok(live
+            .into_iter()
+            .filter(|s| s.external_name.starts_with(prefix))
+            .collect())
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), ProviderError> {
+        let call = Call::new(Operation::Delete, Some(id));
+        if id.is_empty() || id.contains('/') {
+            return Ok(());
+        }
+        let body = Terminate {
+            instance_ids: vec![id.to_owned()],
+        };
+        let url = self.http.url("/instance-operations/terminate");
+        let reply = self
+            .http
+            .send(call, Safety::Retryable, |c| c.post(&url).json(&body))
+            .await?;
+        match reply.status {
+            s if s.is_success() || s == StatusCode::NOT_FOUND => Ok(()),
+            _ => Err(errors::error(&self.http, call, &reply)),
+        }
+    }
+
+    async fn health(&self) -> Result<(), ProviderError> {
+        let call = Call::new(Operation::Health, None);
+        let keys: Vec<SshKey> = self.get_json(call, "/ssh-keys").await?;
+        if keys.iter().any(|k| k.name == self.config.ssh_key_name) {
+            return Ok(());
+        }
+        let message = format!(
+            "ssh key {} is not registered in the lambda account",
+            self.config.ssh_key_name
+        );
+        Err(self
+            .http
+            .error(call, FailureClass::InvalidRequest, message)
+            .with_code("global/object-does-not-exist"))
+    }
+}

@@ -1,0 +1,95 @@
+//! Configuration of the Lambda Cloud adapter: base URL, API key, the one SSH key name every
+//! launch carries, the cloud-init `user_data`, the client-side launch rate limit and the HTTP
+//! budget, from a config file section or the variables `LAMBDA_API_KEY`, `LAMBDA_API_BASE_URL`,
+//! `LAMBDA_SSH_KEY_NAME` and `LAMBDA_USER_DATA_FILE`.
+//!
+//! Not SSH key management: the key must already exist in the Lambda account.
+
+use serde::Deserialize;
+
+use crate::common::{ConfigError, env_var};
+use crate::http::{ApiKey, HttpConfig};
+
+/// The documented API base (the old `cloud.lambdalabs.com` host is deprecated).
+pub const DEFAULT_BASE_URL: &str = "https://cloud.lambda.ai/api/v1";
+
+/// Lambda documents 1 launch per 12 seconds.
+pub const DEFAULT_LAUNCH_INTERVAL_MS: u64 = 12_000;
+
+/// How the Lambda adapter reaches Lambda Cloud.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LambdaConfig {
+    /// API base including `/api/v1`.
+    #[serde(default = "default_base_url")]
+    pub base_url: String,
+    /// The API key (never logged).
+    pub api_key: ApiKey,
+    /// The one SSH key name each launch carries (Lambda requires exactly one).
+    pub ssh_key_name: String,
+    /// cloud-init user data sent with every launch (a later task puts the runner here).
+    #[serde(default)]
+    pub user_data: Option<String>,
+    /// The least time between two launches from this adapter.
+    #[serde(default = "default_interval")]
+    pub launch_interval_ms: u64,
+    /// Timeouts and retries.
+    #[serde(default)]
+    pub http: HttpConfig,
+}
+
+fn default_base_url() -> String {
+    DEFAULT_BASE_URL.to_owned()
+}
+
+fn default_interval() -> u64 {
+    DEFAULT_LAUNCH_INTERVAL_MS
+}
+
+impl LambdaConfig {
+    /// A config with defaults for everything but the key and the SSH key name.
+    pub fn new(api_key: ApiKey, ssh_key_name: impl Into<String>) -> LambdaConfig {
+        LambdaConfig {
+            base_url: default_base_url(),
+            api_key,
+            ssh_key_name: ssh_key_name.into(),
+            user_data: None,
+            launch_interval_ms: DEFAULT_LAUNCH_INTERVAL_MS,
+            http: HttpConfig::default(),
+        }
+    }
+
+    /// From `LAMBDA_API_KEY` and `LAMBDA_SSH_KEY_NAME` (required; the first name of
+    /// `LAMBDA_E2E_SSH_KEY_NAMES` is accepted too), `LAMBDA_API_BASE_URL` and
+    /// `LAMBDA_USER_DATA_FILE` (optional).
+    pub fn from_env() -> Result<LambdaConfig, ConfigError> {
+        let missing = |variable, hint| ConfigError::MissingVariable {
+            provider: "lambda",
+            variable,
+            hint,
+        };
+        let key =
+            env_var("LAMBDA_API_KEY").ok_or(missing("LAMBDA_API_KEY", "a Lambda Cloud API key"))?;
+        let ssh = env_var("LAMBDA_SSH_KEY_NAME")
+            .or_else(|| {
+                env_var("LAMBDA_E2E_SSH_KEY_NAMES")
+                    .and_then(|v| v.split(',').next().map(|s| s.trim().to_owned()))
+            })
+            .ok_or(missing(
+                "LAMBDA_SSH_KEY_NAME",
+                "the name of an SSH key registered in the Lambda account",
+            ))?;
+        let mut config = LambdaConfig::new(ApiKey::new(key), ssh);
+        if let Some(base) = env_var("LAMBDA_API_BASE_URL") {
+            config.base_url = base;
+        }
+        if let Some(path) = env_var("LAMBDA_USER_DATA_FILE") {
+            let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::Invalid {
+                provider: "lambda",
+                message: format!("cannot read LAMBDA_USER_DATA_FILE {path}: {e}"),
+            })?;
+            config.user_data = Some(text);
+        }
+        Ok(config)
+    }
+}

@@ -1,0 +1,200 @@
+//! The `Provider` trait: the small, provider-neutral contract every cloud adapter implements,
+//! and the error type every adapter returns.
+//!
+//! Not for choosing offers or retrying (the broker does that) and not for HTTP details (each
+//! adapter owns its wire types).
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use neocloud_core::{FailureClass, InstanceState, Offer, OfferQuery, ProviderId, WorkloadSpec};
+
+/// What a provider call was doing when it failed, for messages and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// `list_offers`.
+    ListOffers,
+    /// `create`.
+    Create,
+    /// `get`.
+    Get,
+    /// `find_by_name`.
+    FindByName,
+    /// `list_ours`.
+    ListOurs,
+    /// `delete`.
+    Delete,
+    /// `health`.
+    Health,
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Operation::ListOffers => "list offers",
+            Operation::Create => "create instance",
+            Operation::Get => "get instance",
+            Operation::FindByName => "find instance",
+            Operation::ListOurs => "list instances",
+            Operation::Delete => "delete instance",
+            Operation::Health => "check health",
+        })
+    }
+}
+
+/// A classified provider failure. It never carries an API key: adapters build messages from
+/// response bodies and must pass them through [`ProviderError::redact`] with their key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("failed to {operation}{} on {provider}: {message}{}", fmt_subject(.subject), fmt_code(.code))]
+pub struct ProviderError {
+    /// The provider that failed.
+    pub provider: ProviderId,
+    /// What we asked it to do.
+    pub operation: Operation,
+    /// What the instance or offer was (external name, instance id or offer id), if any.
+    pub subject: Option<String>,
+    /// The class that drives the fallback ladder.
+    pub class: FailureClass,
+    /// The provider's own error code ("instance-operations/launch/insufficient-capacity", "3907").
+    pub code: Option<String>,
+    /// A short, lower-case message.
+    pub message: String,
+    /// How long the provider asked us to wait (Retry-After), if it did.
+    pub retry_after: Option<Duration>,
+}
+
+fn fmt_subject(s: &Option<String>) -> String {
+    s.as_ref().map(|s| format!(" {s}")).unwrap_or_default()
+}
+
+fn fmt_code(c: &Option<String>) -> String {
+    c.as_ref()
+        .map(|c| format!(" (code {c})"))
+        .unwrap_or_default()
+}
+
+impl ProviderError {
+    /// A new error with no subject, code or Retry-After.
+    pub fn new(
+        provider: ProviderId,
+        operation: Operation,
+        class: FailureClass,
+        message: impl Into<String>,
+    ) -> ProviderError {
+        let message = message.into();
+        ProviderError {
+            provider,
+            operation,
+            subject: None,
+            class,
+            code: None,
+            message,
+            retry_after: None,
+        }
+    }
+
+    /// Names the instance or offer the call was about.
+    pub fn with_subject(mut self, subject: impl Into<String>) -> Self {
+        self.subject = Some(subject.into());
+        self
+    }
+
+    /// Records the provider's own error code.
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// Records the provider's Retry-After.
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// Removes every occurrence of `secret` (an API key) from the message and code. An empty
+    /// secret changes nothing.
+    pub fn redact(mut self, secret: &str) -> Self {
+        if !secret.is_empty() {
+            self.message = self.message.replace(secret, "[redacted]");
+            self.code = self.code.map(|c| c.replace(secret, "[redacted]"));
+        }
+        self
+    }
+
+    /// The short metric label of the failure class.
+    pub fn metric_label(&self) -> &'static str {
+        self.class.label()
+    }
+}
+
+/// What to create: the workload, the chosen offer, the environment already resolved by the node,
+/// and our deterministic external name.
+#[derive(Clone)]
+pub struct CreateRequest {
+    /// The deterministic name derived from the Pod UID: the idempotency key.
+    pub external_name: String,
+    /// The offer to rent.
+    pub offer: Offer,
+    /// The workload (its env references are resolved into `env`).
+    pub workload: WorkloadSpec,
+    /// Environment variables with every Secret/ConfigMap reference resolved, in Pod order.
+    pub env: Vec<(String, String)>,
+    /// For spot offers, the bid per hour for the whole instance.
+    pub bid_per_hour: Option<f64>,
+}
+
+impl fmt::Debug for CreateRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let env_names: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("CreateRequest")
+            .field("external_name", &self.external_name)
+            .field("offer", &self.offer.id)
+            .field("provider", &self.offer.provider)
+            .field("image", &self.workload.image)
+            .field("env_names (values redacted)", &env_names)
+            .field("bid_per_hour", &self.bid_per_hour)
+            .finish()
+    }
+}
+
+/// A GPU cloud. Implementations must be cheap to share (`Arc<dyn Provider>`) and safe to call
+/// concurrently; each method states its idempotency.
+#[async_trait]
+pub trait Provider: Send + Sync + fmt::Debug {
+    /// Which provider this is.
+    fn id(&self) -> ProviderId;
+
+    /// Offers matching at least `query` (possibly more; never fewer). Read-only: calling it twice
+    /// or concurrently is safe, and answers may differ as the market moves.
+    async fn list_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, ProviderError>;
+
+    /// Rents `request.offer` under `request.external_name`. Idempotent by name: if an instance
+    /// with that name exists it is returned and nothing new is rented. Two concurrent calls with
+    /// the same name must not create two instances; where the cloud cannot guarantee that, the
+    /// adapter serialises creates per name. A create whose outcome is unknown (timeout, 5xx) is
+    /// never retried blindly inside the adapter: it looks the name up first.
+    async fn create(&self, request: &CreateRequest) -> Result<InstanceState, ProviderError>;
+
+    /// The instance with this provider id, or `None` if the provider no longer knows it.
+    /// Read-only.
+    async fn get(&self, id: &str) -> Result<Option<InstanceState>, ProviderError>;
+
+    /// The live instance carrying this external name, or `None`. Read-only; if the cloud holds
+    /// several (created outside our control) the oldest is returned.
+    async fn find_by_name(
+        &self,
+        external_name: &str,
+    ) -> Result<Option<InstanceState>, ProviderError>;
+
+    /// Every live instance whose external name starts with `prefix`, across all pages. Read-only;
+    /// an instance created or deleted during the call may or may not appear.
+    async fn list_ours(&self, prefix: &str) -> Result<Vec<InstanceState>, ProviderError>;
+
+    /// Deletes the instance with this provider id. Idempotent: an instance already gone (or never
+    /// known) is success. Concurrent deletes of the same id both succeed.
+    async fn delete(&self, id: &str) -> Result<(), ProviderError>;
+
+    /// Checks that the provider answers and accepts our credentials. Read-only.
+    async fn health(&self) -> Result<(), ProviderError>;
+}
