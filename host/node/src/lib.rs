@@ -6,4 +6,7 @@
 //! policy engines, cloud APIs in the providers.
 
 pub mod crd;
+pub mod policy_cli;
+pub mod provider_cli;
+pub mod smoke;
 pub mod vnode;

@@ -21,6 +21,16 @@ enum Command {
     Version,
     /// Print the CustomResourceDefinitions the node needs, as YAML.
     Crds,
+    /// Check, evaluate or benchmark a Wasm policy component.
+    Policy {
+        #[command(subcommand)]
+        command: neocloud_node::policy_cli::PolicyCommand,
+    },
+    /// Provider checks: `provider smoke --provider runpod|lambda|vast|fake`.
+    Provider {
+        #[command(subcommand)]
+        command: neocloud_node::provider_cli::ProviderCommand,
+    },
     /// Run local simulators of the RunPod, Lambda Cloud and Vast.ai APIs until interrupted.
     Cloudsim {
         /// The simulators' configuration (YAML; see host/cloudsim/cloudsim.example.yaml).
@@ -40,6 +50,10 @@ fn main() -> anyhow::Result<()> {
     let out = match cli.command {
         Command::Version => format!("neocloud-node {}\n", env!("CARGO_PKG_VERSION")),
         Command::Crds => neocloud_node::crd::to_yaml()?,
+        Command::Policy { command } => neocloud_node::policy_cli::run(command)?,
+        Command::Provider { command } => {
+            runtime()?.block_on(neocloud_node::provider_cli::run(command))?
+        }
         Command::Cloudsim { config } => {
             let config = neocloud_cloudsim::CloudSimConfig::from_file(&config)?;
             runtime()?.block_on(neocloud_cloudsim::serve(config))?;

@@ -1,0 +1,355 @@
+//! `neocloud-node policy ...`: operator commands for Wasm policies. `check` loads a component and
+//! prints what it is (or why it does not load), `eval` runs one decision on JSON inputs, and
+//! `bench` measures decisions per second with p50 and p99. Every command prints JSON.
+//!
+//! Not for CEL policies, nor for anything the node does at runtime: it only drives
+//! `neocloud_policy::wasm`. Wiring (in main.rs):
+//!
+//! ```text
+//! Command::Policy { #[command(subcommand)] command: policy_cli::PolicyCommand }
+//! Command::Policy { command } => policy_cli::run(command)?,
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use neocloud_policy::wasm::bindings::{
+    Annotation, CapacityType, GpuModel, Offer, PlacementDecision, PlacementInput, PriceDecision,
+    PricingInput, Provider, Workload,
+};
+use neocloud_policy::wasm::{
+    Capabilities, EngineConfig, Evaluation, PolicySettings, PolicySource, Role, Verdict,
+    WasmEngine, WasmPolicy,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// `neocloud-node policy <command>`.
+#[derive(Debug, clap::Subcommand)]
+pub enum PolicyCommand {
+    /// Load a Wasm policy and print its world, exports, imports, digest and size, or the error.
+    Check {
+        /// The component (.wasm).
+        file: PathBuf,
+    },
+    /// Run one decision (placement, else pricing of each offer) and print it with its timing.
+    Eval {
+        /// The workload, as JSON (see `WorkloadJson`).
+        #[arg(long)]
+        workload: PathBuf,
+        /// The candidate offers, as a JSON array (see `OfferJson`).
+        #[arg(long)]
+        offers: PathBuf,
+        /// The component (.wasm).
+        file: PathBuf,
+    },
+    /// Run placement decisions over synthetic offers and print decisions/s, p50 and p99.
+    Bench {
+        /// The component (.wasm); it must export the placement role.
+        file: PathBuf,
+        #[arg(long, default_value_t = 1000)]
+        offers: usize,
+        #[arg(long, default_value_t = 1000)]
+        iterations: usize,
+    },
+}
+
+/// Runs `command` and returns its JSON output (pretty-printed, newline-terminated).
+pub fn run(command: PolicyCommand) -> anyhow::Result<String> {
+    let value = match command {
+        PolicyCommand::Check { file } => check(&file),
+        PolicyCommand::Eval {
+            workload,
+            offers,
+            file,
+        } => eval(&file, &workload, &offers)?,
+        PolicyCommand::Bench {
+            file,
+            offers,
+            iterations,
+        } => bench(&file, offers, iterations)?,
+    };
+    Ok(format!("{}\n", serde_json::to_string_pretty(&value)?))
+}
+
+/// Everything a CLI-loaded policy may use: the log, and WASI that grants nothing.
+fn load(file: &Path) -> anyhow::Result<WasmPolicy> {
+    let engine = WasmEngine::new(EngineConfig::default())?;
+    let mut settings = PolicySettings::named(file.display().to_string());
+    settings.capabilities = Capabilities {
+        log: true,
+        deny_all_wasi: true,
+    };
+    Ok(engine.load(&PolicySource::file(file), settings)?)
+}
+
+fn check(file: &Path) -> Value {
+    match load(file) {
+        Ok(policy) => {
+            let info = policy.info();
+            let roles: Vec<String> = info.roles.iter().map(Role::to_string).collect();
+            json!({
+                "ok": true, "file": file, "world": info.world, "roles": roles,
+                "exports": info.exports, "imports": info.imports,
+                "digest": format!("sha256:{}", info.digest), "size": info.size,
+            })
+        }
+        Err(error) => json!({ "ok": false, "file": file, "error": format!("{error:#}") }),
+    }
+}
+
+fn eval(file: &Path, workload: &Path, offers: &Path) -> anyhow::Result<Value> {
+    let workload: WorkloadJson = read_json(workload)?;
+    let offers: Vec<OfferJson> = read_json(offers)?;
+    let policy = load(file)?;
+    let input = placement_input(&workload, &offers)?;
+    if policy.info().roles.contains(&Role::Placement) {
+        return Ok(outcome(&policy.place(&input), placement_json));
+    }
+    if policy.info().roles.contains(&Role::Pricing) {
+        let results = input.offers.iter().zip(&offers).map(|(offer, raw)| {
+            let evaluation = policy.price(&PricingInput {
+                workload: input.workload.clone(),
+                offer: *offer,
+                region: raw.region.clone(),
+                on_demand_reference: None,
+            });
+            outcome(&evaluation, price_json)
+        });
+        return Ok(json!({ "pricing": results.collect::<Vec<_>>() }));
+    }
+    bail!(
+        "policy {} exports neither placement nor pricing; eval needs one",
+        file.display()
+    )
+}
+
+fn outcome<T>(evaluation: &Evaluation<T>, show: fn(&T) -> Value) -> Value {
+    let micros = evaluation.elapsed.as_secs_f64() * 1e6;
+    let log: Vec<&str> = evaluation
+        .log
+        .lines
+        .iter()
+        .map(|l| l.message.as_str())
+        .collect();
+    match &evaluation.verdict {
+        Verdict::Apply(answer) => {
+            json!({ "decision": show(answer), "elapsed_us": micros, "log": log })
+        }
+        other => json!({
+            "error": other.error().map(|e| e.to_string()),
+            "label": other.error().map(|e| e.label()),
+            "elapsed_us": micros, "log": log,
+        }),
+    }
+}
+
+fn placement_json(decision: &PlacementDecision) -> Value {
+    match decision {
+        PlacementDecision::Scores(scores) => json!({ "scores": scores }),
+        PlacementDecision::Order(order) => json!({ "order": order }),
+    }
+}
+
+fn price_json(decision: &PriceDecision) -> Value {
+    match decision {
+        PriceDecision::Accept(bid) => json!({ "accept": {
+            "max_price_per_hour": bid.max_price_per_hour,
+            "spot_bid_per_hour": bid.spot_bid_per_hour,
+        }}),
+        PriceDecision::Reject(reason) => json!({ "reject": reason }),
+    }
+}
+
+fn bench(file: &Path, offers: usize, iterations: usize) -> anyhow::Result<Value> {
+    let policy = load(file)?;
+    let synthetic: Vec<OfferJson> = (0..offers).map(synthetic_offer).collect();
+    let input = placement_input(&WorkloadJson::default(), &synthetic)?;
+    let mut samples = Vec::with_capacity(iterations);
+    let started = Instant::now();
+    for _ in 0..iterations.max(1) {
+        let evaluation = policy.place(&input);
+        if let Some(error) = evaluation.verdict.error() {
+            bail!("decision failed: {error}");
+        }
+        samples.push(evaluation.elapsed);
+    }
+    let total = started.elapsed();
+    samples.sort_unstable();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    Ok(json!({
+        "offers": offers, "iterations": samples.len(),
+        "decisions_per_second": samples.len() as f64 / total.as_secs_f64(),
+        "p50_us": at(0.50).as_secs_f64() * 1e6, "p99_us": at(0.99).as_secs_f64() * 1e6,
+    }))
+}
+
+fn synthetic_offer(i: usize) -> OfferJson {
+    const MODELS: [&str; 4] = ["H100", "A100-80GB", "L40S", "RTX-4090"];
+    OfferJson {
+        provider: ["runpod", "lambda", "vast", "kube"][i % 4].into(),
+        gpu_model: MODELS[i % 4].into(),
+        gpu_count: 1 + (i % 8) as u32,
+        gpu_memory_gib: 80,
+        price_per_hour: 0.2 + ((i * 37) % 400) as f64 / 100.0,
+        spot: i.is_multiple_of(3),
+        region: ["us-east-1", "us-west-2", "eu-central-1"][i % 3].into(),
+        reliability: 0.8 + ((i * 13) % 20) as f64 / 100.0,
+        verified: true,
+        disk_gib: 100,
+    }
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("failed to read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("failed to parse {}", path.display()))
+}
+
+/// The workload file of `policy eval`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct WorkloadJson {
+    gpu_count: u32,
+    /// e.g. `["H100", "A100-80GB"]`; empty means any.
+    gpu_models: Vec<String>,
+    max_price_per_hour: Option<f64>,
+    /// `on-demand`, `spot` or `any`.
+    capacity_type: String,
+    regions: Vec<String>,
+    image: String,
+    annotations: BTreeMap<String, String>,
+}
+
+impl Default for WorkloadJson {
+    fn default() -> Self {
+        Self {
+            gpu_count: 1,
+            gpu_models: vec![],
+            max_price_per_hour: None,
+            capacity_type: "any".into(),
+            regions: vec![],
+            image: "busybox".into(),
+            annotations: BTreeMap::new(),
+        }
+    }
+}
+
+/// One element of the offers file of `policy eval`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OfferJson {
+    /// `runpod`, `lambda`, `vast`, `kube`, `fake`; anything else is `other`.
+    provider: String,
+    gpu_model: String,
+    gpu_count: u32,
+    gpu_memory_gib: u32,
+    price_per_hour: f64,
+    spot: bool,
+    region: String,
+    #[serde(default = "one")]
+    reliability: f64,
+    #[serde(default = "yes")]
+    verified: bool,
+    #[serde(default)]
+    disk_gib: u32,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn placement_input(w: &WorkloadJson, offers: &[OfferJson]) -> anyhow::Result<PlacementInput> {
+    let mut regions: Vec<String> = Vec::new();
+    let mut region_index = |name: &str| match regions.iter().position(|r| r == name) {
+        Some(i) => i as u32,
+        None => {
+            regions.push(name.to_owned());
+            (regions.len() - 1) as u32
+        }
+    };
+    let offers = offers
+        .iter()
+        .map(|o| offer(o, region_index(&o.region)))
+        .collect();
+    Ok(PlacementInput {
+        workload: workload(w)?,
+        regions,
+        offers,
+    })
+}
+
+fn workload(w: &WorkloadJson) -> anyhow::Result<Workload> {
+    let capacity_type = match w.capacity_type.as_str() {
+        "on-demand" => CapacityType::OnDemand,
+        "spot" => CapacityType::Spot,
+        "any" => CapacityType::Any,
+        other => bail!("capacity_type must be on-demand, spot or any, not {other:?}"),
+    };
+    Ok(Workload {
+        gpu_count: w.gpu_count,
+        gpu_models: w.gpu_models.iter().map(|m| gpu_model(m)).collect(),
+        max_price_per_hour: w.max_price_per_hour,
+        capacity_type,
+        regions: w.regions.clone(),
+        image: w.image.clone(),
+        annotations: w
+            .annotations
+            .iter()
+            .map(|(key, value)| Annotation {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+    })
+}
+
+fn offer(o: &OfferJson, region: u32) -> Offer {
+    Offer {
+        provider: provider(&o.provider),
+        gpu_model: gpu_model(&o.gpu_model),
+        gpu_count: o.gpu_count,
+        gpu_memory_gib: o.gpu_memory_gib,
+        price_per_hour: o.price_per_hour,
+        spot: o.spot,
+        region,
+        reliability: o.reliability,
+        verified: o.verified,
+        disk_gib: o.disk_gib,
+    }
+}
+
+fn provider(name: &str) -> Provider {
+    match name.to_ascii_lowercase().as_str() {
+        "runpod" => Provider::Runpod,
+        "lambda" => Provider::Lambda,
+        "vast" => Provider::Vast,
+        "kube" => Provider::Kube,
+        "fake" => Provider::Fake,
+        _ => Provider::Other,
+    }
+}
+
+fn gpu_model(name: &str) -> GpuModel {
+    match name.to_ascii_uppercase().replace(['_', ' '], "-").as_str() {
+        "B200" => GpuModel::B200,
+        "H200" => GpuModel::H200,
+        "H100" => GpuModel::H100,
+        "A100-80GB" => GpuModel::A10080gb,
+        "A100-40GB" => GpuModel::A10040gb,
+        "L40S" => GpuModel::L40s,
+        "L40" => GpuModel::L40,
+        "L4" => GpuModel::L4,
+        "A10" => GpuModel::A10,
+        "A6000" => GpuModel::A6000,
+        "RTX-4090" => GpuModel::Rtx4090,
+        "RTX-3090" => GpuModel::Rtx3090,
+        _ => GpuModel::Other,
+    }
+}
