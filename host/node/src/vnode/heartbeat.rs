@@ -20,6 +20,9 @@ use super::object::{FIELD_MANAGER, node_object, node_status, taint};
 /// The namespace that holds node Leases.
 const LEASE_NAMESPACE: &str = "kube-node-lease";
 
+/// How many times registration reads and writes the Node before a conflict is an error.
+const REGISTER_TRIES: u32 = 5;
+
 /// What the node knows of its providers right now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Health {
@@ -69,7 +72,24 @@ impl Heartbeat {
         }
     }
 
+    /// Creates or updates the Node. The controller manager writes to a new Node within moments
+    /// of its creation (taints, annotations), so an update can lose the race; like the kubelet,
+    /// it then reads the Node again and retries, a bounded number of times.
     async fn register_with(&self, restricted_labels: bool) -> Result<Node, kube::Error> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.register_once(restricted_labels).await {
+                Err(kube::Error::Api(s)) if s.code == 409 && tries < REGISTER_TRIES => {
+                    tracing::debug!(node = %self.cfg.name, tries, reason = %s.message,
+                        "node changed under us while registering; reading it again");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn register_once(&self, restricted_labels: bool) -> Result<Node, kube::Error> {
         let wanted = node_object(&self.cfg, restricted_labels);
         let Some(mut node) = self.nodes.get_opt(&self.cfg.name).await? else {
             return self.nodes.create(&PostParams::default(), &wanted).await;
