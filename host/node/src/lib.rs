@@ -6,7 +6,10 @@
 //! policy engines, cloud APIs in the providers.
 
 pub mod crd;
+pub mod metrics;
+pub mod naming;
 pub mod policy_cli;
 pub mod provider_cli;
 pub mod smoke;
+pub mod sweeper;
 pub mod vnode;

@@ -1,0 +1,1 @@
+//! The orphan sweeper (being written).
