@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use neocloud_node::crd::{self, BurstPolicy, CloudPodBinding};
@@ -13,23 +12,9 @@ use neocloud_testenv::TestContext;
 use serde_json::json;
 
 async fn install_crds(ctx: &TestContext) {
-    let crds: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
-    let pp = PatchParams::apply("neocloud-node-tests").force();
-    for crd in crd::all() {
-        let name = crd.name_any();
-        crds.patch(&name, &pp, &Patch::Apply(&crd)).await.unwrap();
-        for _ in 0..100 {
-            let got = crds.get(&name).await.unwrap();
-            let conds = got.status.and_then(|s| s.conditions).unwrap_or_default();
-            if conds
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    crd::install(&ctx.client, "neocloud-node-tests", Duration::from_secs(30))
+        .await
+        .unwrap();
 }
 
 fn pod(name: &str) -> Pod {
