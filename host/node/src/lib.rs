@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod naming;
 pub mod policy_cli;
 pub mod provider_cli;
+pub mod reconcile;
 pub mod smoke;
 pub mod sweeper;
 pub mod vnode;

@@ -1,0 +1,53 @@
+//! The binding controller's reconcile: a binding whose Pod is gone (force-deleted, or replaced
+//! by another Pod of the same name) or that is itself being deleted has its instance released,
+//! and is then removed. Bindings of live Pods are the Pod controller's.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::DeleteParams;
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+
+use super::release::{Ending, Release, binding_key};
+use super::{Error, FINALIZER, Reconciler};
+use crate::crd::{BindingPhase, CloudPodBinding};
+
+/// Reconciles one of this node's bindings.
+pub(super) async fn reconcile(
+    b: Arc<CloudPodBinding>,
+    r: Arc<Reconciler>,
+) -> Result<Action, Error> {
+    if !b.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let ns = b.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(r.client.clone(), &ns);
+    let pod = pods.get_opt(&b.spec.pod_name).await?;
+    let pod_lives = pod.is_some_and(|p| p.uid().as_deref() == Some(b.spec.pod_uid.as_str()));
+    if pod_lives && b.metadata.deletion_timestamp.is_none() {
+        return Ok(Action::await_change());
+    }
+    let ending = Ending {
+        phase: BindingPhase::Released,
+        reason: "PodGone".into(),
+        message: "the pod is gone and the provider confirmed its instance gone".into(),
+    };
+    match r.release(&b, &ending).await? {
+        Release::Waiting(why) => {
+            tracing::debug!(binding = %binding_key(&b), %why, "release not confirmed yet");
+            Ok(Action::requeue(r.cfg.release_poll))
+        }
+        Release::Done => {
+            if b.metadata.deletion_timestamp.is_none() {
+                let api: Api<CloudPodBinding> = Api::namespaced(r.client.clone(), &ns);
+                match api.delete(&b.name_any(), &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(Action::await_change())
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The reconciler: Pods bound to the virtual node become rentals, and rentals are mirrored back
+//! into Pods.
+//!
+//! Two controllers share one [`Reconciler`]:
+//! - the Pod controller watches Pods with `spec.nodeName=<node>`: it translates each into a
+//!   workload, creates its `CloudPodBinding` (owned by the Pod, with a finalizer) before anything
+//!   is rented, plans and rents through the broker with every attempt written to the binding
+//!   before the provider is called, mirrors the instance into the binding and the Pod, and on
+//!   graceful deletion releases the instance, waits until the provider confirms it gone,
+//!   finalizes the binding and removes the Pod;
+//! - the binding controller watches this node's bindings and releases those whose Pod is gone
+//!   (force deletion) or is another Pod of the same name.
+//!
+//! Recovery needs no separate pass: after a restart both controllers see every object again,
+//! and a binding with attempts but no instance is first looked up by its external name on every
+//! provider it attempted, so an instance rented just before a crash is adopted, never rented
+//! twice.
+
+mod attempts;
+mod bindings;
+mod env;
+mod pod_status;
+mod pods;
+mod recorder;
+mod release;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource};
+use neocloud_broker::{Planner, Renter};
+use neocloud_policy::cel::CelEngine;
+
+use crate::crd::CloudPodBinding;
+use crate::naming::ClusterId;
+
+pub use attempts::class_reason;
+pub use pod_status::{Container, DesiredPod};
+
+/// The label every binding carries with the name of the node that owns it.
+pub const NODE_LABEL: &str = "cloud.aibrix.ai/node";
+
+/// The finalizer that keeps a binding until its instance is confirmed gone.
+pub const FINALIZER: &str = "cloud.aibrix.ai/instance";
+
+/// How the reconciler behaves.
+#[derive(Debug, Clone)]
+pub struct ReconcilerConfig {
+    /// The virtual node's name.
+    pub node_name: String,
+    /// The cluster identity in every external name.
+    pub cluster: ClusterId,
+    /// The node's address, reported as the Pods' `hostIP`.
+    pub host_ip: String,
+    /// Pods reconciled at once.
+    pub concurrency: u16,
+    /// How often a rented instance is polled.
+    pub poll_interval: Duration,
+    /// How long a Pod with no offer (or over the budget) waits before planning again.
+    pub retry_interval: Duration,
+    /// How often a release is checked until the provider confirms the instance gone.
+    pub release_poll: Duration,
+}
+
+impl ReconcilerConfig {
+    /// Defaults for a node named `node_name` in cluster `cluster`.
+    pub fn new(node_name: impl Into<String>, cluster: ClusterId) -> Self {
+        ReconcilerConfig {
+            node_name: node_name.into(),
+            cluster,
+            host_ip: "127.0.0.1".to_owned(),
+            concurrency: 16,
+            poll_interval: Duration::from_secs(10),
+            retry_interval: Duration::from_secs(30),
+            release_poll: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What both controllers share.
+pub struct Reconciler {
+    client: Client,
+    cfg: ReconcilerConfig,
+    planner: Planner,
+    renter: Renter,
+    cel: Arc<CelEngine>,
+    events: Recorder,
+}
+
+impl std::fmt::Debug for Reconciler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reconciler")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A reconcile that could not finish; it is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request.
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    /// A provider call failed.
+    #[error(transparent)]
+    Provider(#[from] neocloud_providers::ProviderError),
+    /// The object lacks a field the reconciler needs.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Reconciler {
+    /// A reconciler renting through `renter` with `planner`'s policies; `cel` compiles the
+    /// Pods' constraint and rank expressions.
+    pub fn new(
+        client: Client,
+        cfg: ReconcilerConfig,
+        planner: Planner,
+        renter: Renter,
+        cel: Arc<CelEngine>,
+    ) -> Arc<Reconciler> {
+        let reporter = Reporter {
+            controller: crate::vnode::FIELD_MANAGER.to_owned(),
+            instance: Some(cfg.node_name.clone()),
+        };
+        let events = Recorder::new(client.clone(), reporter);
+        Arc::new(Reconciler {
+            client,
+            cfg,
+            planner,
+            renter,
+            cel,
+            events,
+        })
+    }
+
+    /// Runs the Pod and binding controllers until both streams end (they run until the task is
+    /// dropped). `synced` is sent once both caches have listed everything, which is when the
+    /// sweeper may start.
+    pub async fn run(self: Arc<Self>, synced: Option<tokio::sync::oneshot::Sender<()>>) {
+        let node = &self.cfg.node_name;
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let bindings: Api<CloudPodBinding> = Api::all(self.client.clone());
+        let on_node = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+        let ours = watcher::Config::default().labels(&format!("{NODE_LABEL}={node}"));
+        let config = ControllerConfig::default().concurrency(self.cfg.concurrency);
+        let pod_controller = Controller::new(pods, on_node)
+            .owns(bindings.clone(), ours.clone())
+            .with_config(config.clone());
+        let binding_controller = Controller::new(bindings, ours).with_config(config);
+        let (pod_store, binding_store) = (pod_controller.store(), binding_controller.store());
+        let ready = async move {
+            let (a, b) = tokio::join!(
+                pod_store.wait_until_ready(),
+                binding_store.wait_until_ready()
+            );
+            if a.is_ok()
+                && b.is_ok()
+                && let Some(tx) = synced
+            {
+                let _ = tx.send(());
+            }
+        };
+        let pods = pod_controller
+            .run(pods::reconcile, error_policy, Arc::clone(&self))
+            .for_each(|r| async move {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "pod reconcile");
+                }
+            });
+        let bindings = binding_controller
+            .run(bindings::reconcile, error_policy, Arc::clone(&self))
+            .for_each(|r| async move {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "binding reconcile");
+                }
+            });
+        tokio::join!(ready, pods, bindings);
+    }
+
+    /// Publishes an event on `obj`; a failure is logged, never fatal.
+    async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(truncate(note, 1000)),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.events.publish(&event, &obj.object_ref(&())).await {
+            tracing::warn!(reason, error = %e, "failed to publish an event");
+        }
+    }
+}
+
+fn error_policy<K>(_: Arc<K>, e: &Error, _: Arc<Reconciler>) -> Action {
+    tracing::warn!(error = %e, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// At most `max` bytes, cut at a character boundary.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}

@@ -1,0 +1,282 @@
+//! The Pod status the node reports, computed from what it knows (no IO): phase, reason and
+//! message, the `Initialized`, `ContainersReady` and `Ready` conditions, and the one container's
+//! status. Written with server-side apply, so the scheduler's `PodScheduled` stays untouched.
+//!
+//! A status is only written when it differs from the Pod's (phase, reason, message, readiness,
+//! container state), and transition times and start times are kept from the Pod, so a
+//! steady Pod costs no writes.
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
+use serde_json::{Value, json};
+
+/// What the Pod should say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredPod {
+    /// `Pending`, `Running`, `Succeeded` or `Failed`.
+    pub phase: &'static str,
+    /// The CamelCase reason (`Planning`, `NoOffer`, `Unsupported`...), shown by `kubectl get`.
+    pub reason: Option<String>,
+    /// A sentence saying why.
+    pub message: Option<String>,
+    /// The container's state.
+    pub container: Container,
+}
+
+/// The container's state as the node reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Container {
+    /// Not running yet, with a reason (`Provisioning`, `NoOffer`...).
+    Waiting {
+        /// Why.
+        reason: String,
+    },
+    /// Running on the rented instance.
+    Running,
+    /// Ended.
+    Terminated {
+        /// Why.
+        reason: String,
+        /// The exit code (1 when the provider reports none).
+        exit_code: i32,
+    },
+}
+
+impl DesiredPod {
+    /// A Pending Pod whose container waits for `reason`.
+    pub fn pending(reason: &str, message: impl Into<String>) -> DesiredPod {
+        DesiredPod {
+            phase: "Pending",
+            reason: Some(reason.to_owned()),
+            message: Some(message.into()),
+            container: Container::Waiting {
+                reason: reason.to_owned(),
+            },
+        }
+    }
+
+    /// A Running, ready Pod.
+    pub fn running() -> DesiredPod {
+        DesiredPod {
+            phase: "Running",
+            reason: None,
+            message: None,
+            container: Container::Running,
+        }
+    }
+
+    /// A Failed Pod.
+    pub fn failed(reason: &str, message: impl Into<String>) -> DesiredPod {
+        DesiredPod {
+            phase: "Failed",
+            reason: Some(reason.to_owned()),
+            message: Some(message.into()),
+            container: Container::Terminated {
+                reason: reason.to_owned(),
+                exit_code: 1,
+            },
+        }
+    }
+
+    fn ready(&self) -> bool {
+        self.container == Container::Running
+    }
+}
+
+/// Whether the Pod's status already says what `want` says.
+pub fn is_current(pod: &Pod, want: &DesiredPod) -> bool {
+    let Some(status) = &pod.status else {
+        return false;
+    };
+    let same_container = status
+        .container_statuses
+        .as_ref()
+        .and_then(|c| c.first())
+        .is_some_and(|c| container_matches(c, want));
+    status.phase.as_deref() == Some(want.phase)
+        && status.reason == want.reason
+        && status.message == want.message
+        && same_container
+}
+
+fn container_matches(c: &ContainerStatus, want: &DesiredPod) -> bool {
+    let Some(state) = &c.state else {
+        return false;
+    };
+    c.ready == want.ready()
+        && match &want.container {
+            Container::Waiting { reason } => state
+                .waiting
+                .as_ref()
+                .is_some_and(|w| w.reason.as_deref() == Some(reason)),
+            Container::Running => state.running.is_some(),
+            Container::Terminated { reason, .. } => state
+                .terminated
+                .as_ref()
+                .is_some_and(|t| t.reason.as_deref() == Some(reason)),
+        }
+}
+
+/// The server-side apply body for the Pod's status. `now` is RFC 3339; `host_ip` is the node's
+/// address.
+pub fn apply_body(pod: &Pod, want: &DesiredPod, host_ip: &str, now: &str) -> Value {
+    let status = pod.status.as_ref();
+    let start_time = status
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| t.0.to_string())
+        .unwrap_or_else(|| now.to_owned());
+    let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    let ready = if want.ready() { "True" } else { "False" };
+    let condition = |type_: &str, value: &str| {
+        let since = conditions
+            .iter()
+            .find(|c: &&PodCondition| c.type_ == type_ && c.status == value)
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0.to_string())
+            .unwrap_or_else(|| now.to_owned());
+        json!({"type": type_, "status": value, "lastTransitionTime": since})
+    };
+    let (name, image) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
+        .unwrap_or_default();
+    let old = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.state.as_ref());
+    let state = match &want.container {
+        Container::Waiting { reason } => json!({"waiting": {"reason": reason,
+            "message": want.message}}),
+        Container::Running => {
+            let started = old
+                .and_then(|s| s.running.as_ref())
+                .and_then(|r| r.started_at.as_ref())
+                .map(|t| t.0.to_string())
+                .unwrap_or_else(|| now.to_owned());
+            json!({"running": {"startedAt": started}})
+        }
+        Container::Terminated { reason, exit_code } => {
+            let started = old
+                .and_then(|s| s.running.as_ref())
+                .and_then(|r| r.started_at.as_ref())
+                .map(|t| t.0.to_string());
+            json!({"terminated": {"reason": reason, "exitCode": exit_code,
+                "message": want.message, "startedAt": started, "finishedAt": now}})
+        }
+    };
+    let mut body = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace},
+        "status": {
+            "phase": want.phase,
+            "hostIP": host_ip,
+            "hostIPs": [{"ip": host_ip}],
+            "startTime": start_time,
+            "conditions": [
+                condition("Initialized", "True"),
+                condition("ContainersReady", ready),
+                condition("Ready", ready),
+            ],
+            "containerStatuses": [{
+                "name": name, "image": image, "imageID": "",
+                "ready": want.ready(), "restartCount": 0,
+                "started": want.ready(), "state": state,
+            }],
+        }
+    });
+    if let Some(reason) = &want.reason {
+        body["status"]["reason"] = json!(reason);
+    }
+    if let Some(message) = &want.message {
+        body["status"]["message"] = json!(message);
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "train", "namespace": "ml"},
+            "spec": {"containers": [{"name": "main", "image": "cuda:12"}]}
+        }))
+        .unwrap()
+    }
+
+    fn with_status(pod: &Pod, body: &Value) -> Pod {
+        let mut p = pod.clone();
+        p.status = Some(serde_json::from_value(body["status"].clone()).unwrap());
+        p
+    }
+
+    #[test]
+    fn a_pending_pod_says_why_in_its_reason_message_and_container() {
+        let want = DesiredPod::pending("NoOffer", "no offer under $0.10/h");
+        let body = apply_body(&pod(), &want, "10.0.0.1", "2026-12-03T07:00:00Z");
+        let s = &body["status"];
+        assert_eq!(s["phase"], "Pending");
+        assert_eq!(s["reason"], "NoOffer");
+        assert_eq!(
+            s["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "NoOffer"
+        );
+        assert_eq!(s["conditions"][2]["status"], "False");
+    }
+
+    #[test]
+    fn a_written_status_is_current_and_a_new_reason_is_not() {
+        let want = DesiredPod::pending("Planning", "choosing an offer");
+        let body = apply_body(&pod(), &want, "10.0.0.1", "2026-12-03T07:00:00Z");
+        let written = with_status(&pod(), &body);
+        assert!(is_current(&written, &want));
+        assert!(!is_current(&written, &DesiredPod::running()));
+        assert!(!is_current(
+            &written,
+            &DesiredPod::pending("Provisioning", "renting")
+        ));
+        assert!(!is_current(&pod(), &want));
+    }
+
+    #[test]
+    fn running_keeps_the_start_and_transition_times_it_already_reported() {
+        let first = apply_body(
+            &pod(),
+            &DesiredPod::running(),
+            "10.0.0.1",
+            "2026-12-03T07:00:00Z",
+        );
+        let written = with_status(&pod(), &first);
+        let again = apply_body(
+            &written,
+            &DesiredPod::running(),
+            "10.0.0.1",
+            "2026-12-03T08:00:00Z",
+        );
+        let s = &again["status"];
+        assert_eq!(
+            s["containerStatuses"][0]["state"]["running"]["startedAt"],
+            "2026-12-03T07:00:00Z"
+        );
+        assert_eq!(s["startTime"], "2026-12-03T07:00:00Z");
+        assert_eq!(
+            s["conditions"][2]["lastTransitionTime"],
+            "2026-12-03T07:00:00Z"
+        );
+        assert_eq!(s["containerStatuses"][0]["ready"], true);
+    }
+
+    #[test]
+    fn a_failed_pod_reports_a_terminated_container_with_the_reason() {
+        let want = DesiredPod::failed("Capacity", "gave up after 3 attempts");
+        let body = apply_body(&pod(), &want, "10.0.0.1", "2026-12-03T07:00:00Z");
+        let t = &body["status"]["containerStatuses"][0]["state"]["terminated"];
+        assert_eq!(
+            (t["reason"].as_str(), t["exitCode"].as_i64()),
+            (Some("Capacity"), Some(1))
+        );
+        assert!(is_current(&with_status(&pod(), &body), &want));
+    }
+}

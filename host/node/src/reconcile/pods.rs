@@ -1,0 +1,526 @@
+//! The Pod controller's reconcile: from a Pod bound to the node to a binding, a rental and a
+//! mirrored status, and back to nothing on deletion. See the module documentation of
+//! [`super`] for the flow.
+
+use std::sync::{Arc, Mutex};
+
+use chrono::Utc;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::{Api, Resource, ResourceExt};
+use neocloud_broker::{Broker, BrokerError, CelFilter, CelRanker, Placement, Planner};
+use neocloud_core::{InstancePhase, InstanceState, ProviderId, WorkloadSpec, translate_pod};
+
+use super::attempts::{attempted_providers, class_reason, ended_over_budget, from_record, rfc3339};
+use super::pod_status::{DesiredPod, apply_body, is_current};
+use super::recorder::{BindingRecorder, write_status};
+use super::release::{Ending, Release, binding_key};
+use super::{Error, FINALIZER, NODE_LABEL, Reconciler, env};
+use crate::crd::{
+    BindingPhase, CloudPodBinding, CloudPodBindingSpec, CloudPodBindingStatus, PolicyRef,
+    WorkloadSummary,
+};
+use crate::vnode::FIELD_MANAGER;
+
+/// Reconciles one Pod bound to the node.
+pub(super) async fn reconcile(pod: Arc<Pod>, r: Arc<Reconciler>) -> Result<Action, Error> {
+    let ns = pod
+        .namespace()
+        .ok_or_else(|| Error::Invalid(format!("pod {} has no namespace", pod.name_any())))?;
+    let uid = pod.uid().unwrap_or_default();
+    let bindings: Api<CloudPodBinding> = Api::namespaced(r.client.clone(), &ns);
+    let binding = bindings.get_opt(&pod.name_any()).await?;
+    if pod.metadata.deletion_timestamp.is_some() {
+        return r.delete_pod(&pod, binding).await;
+    }
+    let binding = match binding {
+        // An earlier Pod's binding: the binding controller releases it; then this Pod gets one.
+        Some(b) if b.spec.pod_uid != uid => return Ok(Action::requeue(r.cfg.release_poll)),
+        Some(b) => b,
+        None if is_terminal(&pod) => return Ok(Action::await_change()),
+        None => match r.create_binding(&pod, &bindings).await? {
+            Some(b) => b,
+            None => return Ok(Action::await_change()),
+        },
+    };
+    r.drive(&pod, binding).await
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+impl Reconciler {
+    /// Writes the Pod's status when it says something else.
+    async fn set_pod(&self, pod: &Pod, want: &DesiredPod) -> Result<bool, Error> {
+        if is_current(pod, want) {
+            return Ok(false);
+        }
+        let pods: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let body = apply_body(pod, want, &self.cfg.host_ip, &rfc3339(Utc::now()));
+        pods.patch_status(
+            &pod.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+        Ok(true)
+    }
+
+    /// The workload and its planner, or the reason the Pod cannot run (naming the field).
+    fn workload(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
+        let w = translate_pod(pod).map_err(|e| e.to_string())?;
+        let mut planner = self.planner.clone();
+        if let Some(src) = &w.constraint {
+            let expr = self.cel.compile_constraint(src).map_err(|e| {
+                format!(
+                    "pod is not supported: metadata.annotations[cloud.aibrix.ai/constraints]: {e}"
+                )
+            })?;
+            planner.filter = Arc::new(CelFilter::new(expr, &w));
+        }
+        if let Some(src) = &w.rank {
+            let expr = self.cel.compile_rank(src).map_err(|e| {
+                format!("pod is not supported: metadata.annotations[cloud.aibrix.ai/rank]: {e}")
+            })?;
+            planner.ranker = Arc::new(CelRanker::new(expr, &w));
+        }
+        Ok((w, planner))
+    }
+
+    /// Creates the Pod's binding, or refuses the Pod (status and event) and returns `None`.
+    async fn create_binding(
+        &self,
+        pod: &Pod,
+        bindings: &Api<CloudPodBinding>,
+    ) -> Result<Option<CloudPodBinding>, Error> {
+        let w = match self.workload(pod) {
+            Ok((w, _)) => w,
+            Err(why) => {
+                let want = DesiredPod::pending("Unsupported", why.clone());
+                if self.set_pod(pod, &want).await? {
+                    self.event(
+                        pod,
+                        true,
+                        "Unsupported",
+                        format!("{why}; nothing was rented"),
+                    )
+                    .await;
+                }
+                return Ok(None);
+            }
+        };
+        let uid = pod.uid().unwrap_or_default();
+        let owner = pod
+            .controller_owner_ref(&())
+            .ok_or_else(|| Error::Invalid(format!("pod {} has no name or uid", pod.name_any())))?;
+        let mut b = CloudPodBinding::new(
+            &pod.name_any(),
+            CloudPodBindingSpec {
+                pod_name: pod.name_any(),
+                pod_uid: uid.clone(),
+                external_name: self.cfg.cluster.external_name(&uid),
+                cluster_id: self.cfg.cluster.to_string(),
+                workload: summary(&w),
+                policy: w.policy.as_ref().map(|name| PolicyRef {
+                    name: name.clone(),
+                    digest: None,
+                }),
+            },
+        );
+        b.metadata.namespace = pod.namespace();
+        b.metadata.owner_references = Some(vec![owner]);
+        b.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+        b.metadata.labels = Some(
+            [(NODE_LABEL.to_owned(), self.cfg.node_name.clone())]
+                .into_iter()
+                .collect(),
+        );
+        match bindings.create(&PostParams::default(), &b).await {
+            Ok(b) => Ok(Some(b)),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                Ok(bindings.get_opt(&pod.name_any()).await?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Moves a live Pod with a binding one step on.
+    async fn drive(&self, pod: &Pod, b: CloudPodBinding) -> Result<Action, Error> {
+        let status = b.status.clone().unwrap_or_default();
+        match status.phase {
+            BindingPhase::Released | BindingPhase::Failed | BindingPhase::Succeeded => {
+                let ending = Ending {
+                    phase: status.phase,
+                    reason: status.reason.clone().unwrap_or_else(|| "Released".into()),
+                    message: status.message.clone().unwrap_or_default(),
+                };
+                if b.finalizers().iter().any(|f| f == FINALIZER)
+                    && let Release::Waiting(_) = self.release(&b, &ending).await?
+                {
+                    return Ok(Action::requeue(self.cfg.release_poll));
+                }
+                let want = match status.phase {
+                    BindingPhase::Succeeded => DesiredPod {
+                        phase: "Succeeded",
+                        ..DesiredPod::failed(&ending.reason, ending.message)
+                    },
+                    _ => DesiredPod::failed(&ending.reason, ending.message),
+                };
+                self.set_pod(pod, &want).await?;
+                Ok(Action::await_change())
+            }
+            _ if status.instance_id.is_some() => self.mirror(pod, b, status).await,
+            _ => self.place(pod, b, status).await,
+        }
+    }
+
+    /// Plans and rents (after looking for an instance an earlier run may have rented).
+    async fn place(
+        &self,
+        pod: &Pod,
+        b: CloudPodBinding,
+        status: CloudPodBindingStatus,
+    ) -> Result<Action, Error> {
+        if let Some(found) = self.find_rented(&b, &status).await? {
+            return self.adopt(pod, &b, status, found).await;
+        }
+        let (w, planner) = match self.workload(pod) {
+            Ok(ok) => ok,
+            Err(why) => return self.fail(pod, &b, "Unsupported", why).await,
+        };
+        let env = match env::resolve(&self.client, &pod.namespace().unwrap_or_default(), &w).await {
+            Ok(env) => env,
+            Err(e) => {
+                return self
+                    .wait(pod, &b, status, "CreateContainerConfigError", e.to_string())
+                    .await;
+            }
+        };
+        self.set_pod(pod, &DesiredPod::pending("Planning", "choosing an offer"))
+            .await?;
+        let history: Vec<_> = status
+            .attempts
+            .iter()
+            .filter_map(|a| from_record(a, None))
+            .collect();
+        let key = binding_key(&b);
+        let broker = Broker {
+            planner,
+            renter: self.renter.clone(),
+        };
+        let placement = Placement {
+            binding: &key,
+            external_name: &b.spec.external_name,
+            workload: &w,
+            env: &env,
+            history: &history,
+        };
+        let recorder = BindingRecorder {
+            r: self,
+            pod,
+            binding: &b,
+            status: Mutex::new(status),
+        };
+        let result = broker.place(&placement, &recorder).await;
+        let status = recorder.status();
+        match result {
+            Ok((rental, plan)) => {
+                let note = format!(
+                    "{} {}: {}",
+                    if rental.adopted { "adopted" } else { "rented" },
+                    describe(&rental.instance),
+                    plan.explanation
+                );
+                self.event(pod, false, "Rented", note).await;
+                self.provisioning(pod, &b, status, &rental.instance).await
+            }
+            Err(BrokerError::NoCandidates { explanation }) => {
+                self.wait(pod, &b, status, "NoOffer", explanation).await
+            }
+            Err(BrokerError::GaveUp {
+                reason, attempts, ..
+            }) if ended_over_budget(&attempts) => {
+                self.wait(pod, &b, status, "OverBudget", reason).await
+            }
+            Err(BrokerError::GaveUp {
+                reason, attempts, ..
+            }) => {
+                let why = attempts
+                    .last()
+                    .and_then(|a| a.failure())
+                    .map(class_reason)
+                    .unwrap_or_else(|| "GaveUp".to_owned());
+                let message = format!("gave up after {} attempts: {reason}", attempts.len());
+                self.fail(pod, &b, &why, message).await
+            }
+            Err(BrokerError::Policy(e)) => {
+                self.wait(pod, &b, status, "PolicyError", e.to_string())
+                    .await
+            }
+            Err(BrokerError::Record { message, .. }) => {
+                // The Pod is going away (or the API server refused a write): look again.
+                tracing::info!(pod = %key, %message, "renting stopped");
+                Ok(Action::requeue(self.cfg.release_poll))
+            }
+            Err(BrokerError::Provider(e)) => Err(e.into()),
+        }
+    }
+
+    /// A live instance under the binding's external name on a provider it attempted.
+    async fn find_rented(
+        &self,
+        b: &CloudPodBinding,
+        status: &CloudPodBindingStatus,
+    ) -> Result<Option<InstanceState>, Error> {
+        for id in attempted_providers(&status.attempts) {
+            if let Some(provider) = self.renter.catalog.provider(id)
+                && let Some(found) = provider.find_by_name(&b.spec.external_name).await?
+                && !found.phase.is_terminal()
+            {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Takes over an instance found by name (rented before a crash).
+    async fn adopt(
+        &self,
+        pod: &Pod,
+        b: &CloudPodBinding,
+        status: CloudPodBindingStatus,
+        found: InstanceState,
+    ) -> Result<Action, Error> {
+        let key = binding_key(b);
+        self.renter
+            .budget
+            .record_existing(&key, found.price_per_hour);
+        self.renter
+            .ledger
+            .start(&key, found.price_per_hour, Utc::now());
+        self.event(
+            pod,
+            false,
+            "Adopted",
+            format!("found {} by its name", describe(&found)),
+        )
+        .await;
+        self.provisioning(pod, b, status, &found).await
+    }
+
+    /// Records a rented instance in the binding and the Pod.
+    async fn provisioning(
+        &self,
+        pod: &Pod,
+        b: &CloudPodBinding,
+        mut status: CloudPodBindingStatus,
+        i: &InstanceState,
+    ) -> Result<Action, Error> {
+        status.phase = BindingPhase::Provisioning;
+        status.reason = Some("Provisioning".into());
+        status.message = Some(format!("{} is {}", describe(i), i.provider_status));
+        status.provider = Some(i.provider.as_str().to_owned());
+        status.instance_id = Some(i.id.clone());
+        status.gpu = Some(format!("{}x {}", i.gpu_count, i.gpu.name()));
+        status.price_per_hour = Some(i.price_per_hour);
+        if let Some(a) = status.attempts.last() {
+            status.offer_id = Some(a.offer_id.clone());
+        }
+        write_status(&self.client, b, &status).await?;
+        let message = format!("waiting for {}", describe(i));
+        self.set_pod(pod, &DesiredPod::pending("Provisioning", message))
+            .await?;
+        Ok(Action::requeue(self.cfg.poll_interval))
+    }
+
+    /// Mirrors the rented instance into the binding and the Pod.
+    async fn mirror(
+        &self,
+        pod: &Pod,
+        b: CloudPodBinding,
+        mut status: CloudPodBindingStatus,
+    ) -> Result<Action, Error> {
+        let (provider_id, instance_id) = match (&status.provider, &status.instance_id) {
+            (Some(p), Some(i)) => (p.parse::<ProviderId>().ok(), i.clone()),
+            _ => (None, String::new()),
+        };
+        let provider = provider_id
+            .and_then(|p| self.renter.catalog.provider(p))
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "binding {}: status.provider {:?} is not enabled on this node",
+                    binding_key(&b),
+                    status.provider
+                ))
+            })?;
+        let instance = provider.get(&instance_id).await?;
+        let (reason, message) = match &instance {
+            Some(i) if i.phase == InstancePhase::Running => {
+                if status.phase != BindingPhase::Running {
+                    status.phase = BindingPhase::Running;
+                    status.reason = Some("Running".into());
+                    status.message = Some(format!("{} is running", describe(i)));
+                    write_status(&self.client, &b, &status).await?;
+                    let note = format!("{} is running; endpoints {:?}", describe(i), i.endpoints);
+                    self.event(pod, false, "Started", note).await;
+                }
+                self.set_pod(pod, &DesiredPod::running()).await?;
+                return Ok(Action::requeue(self.cfg.poll_interval));
+            }
+            Some(i)
+                if matches!(
+                    i.phase,
+                    InstancePhase::Pending | InstancePhase::Starting | InstancePhase::Unknown
+                ) =>
+            {
+                let message = format!("waiting for {} ({})", describe(i), i.provider_status);
+                self.set_pod(pod, &DesiredPod::pending("Provisioning", message))
+                    .await?;
+                return Ok(Action::requeue(self.cfg.poll_interval));
+            }
+            Some(i) if i.phase == InstancePhase::Failed => (
+                "InstanceFailed",
+                format!("{} failed: {}", describe(i), i.provider_status),
+            ),
+            Some(i) => (
+                "InstanceStopped",
+                format!("{} is {} ({})", describe(i), i.phase, i.provider_status),
+            ),
+            None => (
+                "InstanceLost",
+                format!("{provider_id:?} no longer knows instance {instance_id}"),
+            ),
+        };
+        self.event(pod, true, reason, message.clone()).await;
+        self.fail(pod, &b, reason, message).await
+    }
+
+    /// Ends the binding as Failed: releases whatever it rented, then fails the Pod.
+    async fn fail(
+        &self,
+        pod: &Pod,
+        b: &CloudPodBinding,
+        reason: &str,
+        message: String,
+    ) -> Result<Action, Error> {
+        let ending = Ending {
+            phase: BindingPhase::Failed,
+            reason: reason.to_owned(),
+            message: message.clone(),
+        };
+        if let Release::Waiting(_) = self.release(b, &ending).await? {
+            return Ok(Action::requeue(self.cfg.release_poll));
+        }
+        if self
+            .set_pod(pod, &DesiredPod::failed(reason, message.clone()))
+            .await?
+        {
+            self.event(pod, true, reason, message).await;
+        }
+        Ok(Action::await_change())
+    }
+
+    /// Leaves the Pod Pending for `reason` and plans again after the retry interval.
+    async fn wait(
+        &self,
+        pod: &Pod,
+        b: &CloudPodBinding,
+        mut status: CloudPodBindingStatus,
+        reason: &str,
+        message: String,
+    ) -> Result<Action, Error> {
+        if status.reason.as_deref() != Some(reason) || status.message.as_deref() != Some(&message) {
+            status.phase = BindingPhase::Pending;
+            status.reason = Some(reason.to_owned());
+            status.message = Some(message.clone());
+            write_status(&self.client, b, &status).await?;
+        }
+        if self
+            .set_pod(pod, &DesiredPod::pending(reason, message.clone()))
+            .await?
+        {
+            self.event(pod, true, reason, message).await;
+        }
+        Ok(Action::requeue(self.cfg.retry_interval))
+    }
+
+    /// A Pod being deleted: release, finalize the binding, then remove the Pod as its kubelet
+    /// would (grace period 0, guarded by its UID).
+    async fn delete_pod(
+        &self,
+        pod: &Pod,
+        binding: Option<CloudPodBinding>,
+    ) -> Result<Action, Error> {
+        let ns = pod.namespace().unwrap_or_default();
+        let uid = pod.uid();
+        if let Some(b) = binding.filter(|b| Some(&b.spec.pod_uid) == uid.as_ref()) {
+            let ending = Ending {
+                phase: BindingPhase::Released,
+                reason: "Released".into(),
+                message: "the pod was deleted and the provider confirmed its instance gone".into(),
+            };
+            if let Release::Waiting(why) = self.release(&b, &ending).await? {
+                tracing::debug!(pod = %binding_key(&b), %why, "release not confirmed yet");
+                return Ok(Action::requeue(self.cfg.release_poll));
+            }
+            let bindings: Api<CloudPodBinding> = Api::namespaced(self.client.clone(), &ns);
+            ignore_gone(
+                bindings
+                    .delete(&b.name_any(), &DeleteParams::default())
+                    .await,
+            )?;
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid,
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        ignore_gone(pods.delete(&pod.name_any(), &dp).await)?;
+        Ok(Action::await_change())
+    }
+}
+
+/// A 404 (already gone) or 409 (another object now has the name) is success for a delete.
+fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `runpod instance abc (1x A40, $0.4400/h, region)`.
+fn describe(i: &InstanceState) -> String {
+    format!(
+        "{} instance {} ({}x {}, ${:.4}/h, {})",
+        i.provider,
+        i.id,
+        i.gpu_count,
+        i.gpu.name(),
+        i.price_per_hour,
+        i.region
+    )
+}
+
+/// What the binding records of the workload.
+fn summary(w: &WorkloadSpec) -> WorkloadSummary {
+    WorkloadSummary {
+        image: w.image.clone(),
+        gpu_count: w.gpu.count,
+        gpu_models: w.gpu.accepted.iter().map(|g| g.name().to_owned()).collect(),
+        max_price_per_hour: w.max_price_per_hour,
+        capacity_type: w.capacity_type.to_string(),
+        providers: w.providers.iter().map(|p| p.as_str().to_owned()).collect(),
+        regions: w.regions.clone(),
+    }
+}

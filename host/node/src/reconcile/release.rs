@@ -1,0 +1,138 @@
+//! Releasing a binding's instance: delete the instance the binding knows and anything living
+//! under its external name on every provider it attempted (an instance rented just before a
+//! crash is found that way), and only once every provider confirms them gone, record the end in
+//! the binding and drop its finalizer. Nothing here waits: a release not yet confirmed says so
+//! and is checked again.
+
+use std::str::FromStr;
+
+use chrono::Utc;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use neocloud_core::ProviderId;
+use serde_json::json;
+
+use super::attempts::attempted_providers;
+use super::recorder::write_status;
+use super::{Error, FINALIZER, Reconciler};
+use crate::crd::{BindingPhase, CloudPodBinding};
+
+/// How a binding ends once its instance is gone.
+#[derive(Debug, Clone)]
+pub(super) struct Ending {
+    /// `Released`, `Failed` or `Succeeded`.
+    pub phase: BindingPhase,
+    /// The CamelCase reason.
+    pub reason: String,
+    /// A sentence.
+    pub message: String,
+}
+
+/// Where a release stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Release {
+    /// Every instance is confirmed gone, the end is recorded and the finalizer removed.
+    Done,
+    /// Instances are still going away (named in the message).
+    Waiting(String),
+}
+
+impl Reconciler {
+    /// Releases `b`'s instances; see the module documentation.
+    pub(super) async fn release(
+        &self,
+        b: &CloudPodBinding,
+        ending: &Ending,
+    ) -> Result<Release, Error> {
+        let mut current = b.clone();
+        let mut status = b.status.clone().unwrap_or_default();
+        let name = &b.spec.external_name;
+        let mut providers = attempted_providers(&status.attempts);
+        let known = status
+            .provider
+            .as_deref()
+            .and_then(|p| ProviderId::from_str(p).ok())
+            .zip(status.instance_id.clone());
+        if let Some((p, _)) = &known
+            && !providers.contains(p)
+        {
+            providers.push(*p);
+        }
+        let mut waiting = Vec::new();
+        for id in providers {
+            let Some(provider) = self.renter.catalog.provider(id) else {
+                waiting.push(format!(
+                    "provider {id} is not enabled on this node, so {name} cannot be released there"
+                ));
+                continue;
+            };
+            if let Some((_, instance)) = known.as_ref().filter(|(p, _)| *p == id) {
+                provider.delete(instance).await?;
+                if let Some(i) = provider.get(instance).await?
+                    && !i.phase.is_terminal()
+                {
+                    waiting.push(format!("{id} instance {instance} is {}", i.phase));
+                }
+            }
+            if let Some(found) = provider.find_by_name(name).await?
+                && !found.phase.is_terminal()
+            {
+                provider.delete(&found.id).await?;
+                waiting.push(format!("{id} instance {} is {}", found.id, found.phase));
+            }
+        }
+        if status.phase != BindingPhase::Releasing && !waiting.is_empty() {
+            status.phase = BindingPhase::Releasing;
+            status.reason = Some("Releasing".to_owned());
+            status.message = Some(format!("releasing: {}", waiting.join("; ")));
+            write_status(&self.client, b, &status).await?;
+        }
+        if !waiting.is_empty() {
+            return Ok(Release::Waiting(waiting.join("; ")));
+        }
+        let key = binding_key(b);
+        self.renter.budget.release(&key);
+        self.renter.ledger.stop(&key, Utc::now());
+        if let Some(cost) = self.renter.ledger.accrued_usd(&key, Utc::now()) {
+            status.cost_accrued_usd = cost;
+        }
+        self.renter.ledger.forget(&key);
+        if status.phase != ending.phase || status.reason.as_deref() != Some(&ending.reason) {
+            status.phase = ending.phase;
+            status.reason = Some(ending.reason.clone());
+            status.message = Some(ending.message.clone());
+            current = write_status(&self.client, b, &status).await?;
+        }
+        self.drop_finalizer(&current).await?;
+        Ok(Release::Done)
+    }
+
+    /// Removes our finalizer, guarded by the resourceVersion read.
+    async fn drop_finalizer(&self, b: &CloudPodBinding) -> Result<(), Error> {
+        if !b.finalizers().iter().any(|f| f == FINALIZER) {
+            return Ok(());
+        }
+        let rest: Vec<&String> = b.finalizers().iter().filter(|f| *f != FINALIZER).collect();
+        let api: Api<CloudPodBinding> =
+            Api::namespaced(self.client.clone(), &b.namespace().unwrap_or_default());
+        let patch = json!({"metadata": {"finalizers": rest,
+            "resourceVersion": b.resource_version()}});
+        match api
+            .patch(
+                &b.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The broker's key for a binding: `namespace/name`.
+pub(super) fn binding_key(b: &CloudPodBinding) -> String {
+    format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any())
+}

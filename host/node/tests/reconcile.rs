@@ -1,0 +1,496 @@
+//! The reconciler on the real control plane with the cloud simulators: Pods bound to the node go
+//! Running on each provider and are released on deletion with nothing billed after; a capacity
+//! failure falls back to another provider with both attempts recorded; no offer under the max
+//! price leaves the Pod Pending with nothing rented; an unsupported Pod is refused by field; a
+//! force-deleted Pod's instance is released; a restarted reconciler adopts what it rented.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use neocloud_broker::{
+    BudgetGuard, Catalog, CatalogConfig, CostLedger, DefaultFallback, LadderLimits, Planner, Renter,
+};
+use neocloud_cloudsim::{CloudSim, CloudSimConfig, FaultKind, FaultRule, SimConfig};
+use neocloud_node::crd::{self, AttemptOutcome, BindingPhase, CloudPodBinding};
+use neocloud_node::naming::ClusterId;
+use neocloud_node::reconcile::{Reconciler, ReconcilerConfig};
+use neocloud_node::vnode::{Health, Heartbeat, NodeConfig};
+use neocloud_policy::cel::{CelEngine, CelLimits};
+use neocloud_providers::{
+    ApiKey, LambdaConfig, LambdaProvider, Provider, RunpodConfig, RunpodProvider, VastConfig,
+    VastProvider,
+};
+use neocloud_testenv::TestContext;
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+struct World {
+    ctx: TestContext,
+    sims: CloudSim,
+    node: String,
+    renter: Renter,
+    reconciler: Option<JoinHandle<()>>,
+    _heartbeat: JoinHandle<()>,
+    _health: watch::Sender<Health>,
+}
+
+fn providers(sims: &CloudSim) -> Vec<Arc<dyn Provider>> {
+    let mut runpod = RunpodConfig::new(ApiKey::new(sims.runpod.api_key()));
+    runpod.base_url = sims.runpod.base_url();
+    let mut lambda = LambdaConfig::new(
+        ApiKey::new(sims.lambda.api_key()),
+        neocloud_cloudsim::config::DEFAULT_SSH_KEY,
+    );
+    lambda.base_url = sims.lambda.base_url();
+    lambda.launch_interval_ms = 0;
+    let mut vast = VastConfig::new(ApiKey::new(sims.vast.api_key()));
+    vast.base_url = sims.vast.base_url();
+    vec![
+        Arc::new(RunpodProvider::new(runpod).unwrap()),
+        Arc::new(LambdaProvider::new(lambda).unwrap()),
+        Arc::new(VastProvider::new(vast).unwrap()),
+    ]
+}
+
+impl World {
+    async fn new(prefix: &str) -> World {
+        let ctx = TestContext::new(prefix).await;
+        crd::install(&ctx.client, "neocloud-node-tests", Duration::from_secs(30))
+            .await
+            .unwrap();
+        let sims = CloudSim::start(CloudSimConfig {
+            runpod: SimConfig::fast(),
+            lambda: SimConfig::fast(),
+            vast: SimConfig::fast(),
+        })
+        .await
+        .unwrap();
+        let node = format!("neocloud-{}", ctx.namespace);
+        let mut cfg = NodeConfig::named(&node);
+        cfg.providers = vec!["runpod".into(), "lambda".into(), "vast".into()];
+        cfg.lease_renew_seconds = 2;
+        let (tx, rx) = watch::channel(Health {
+            healthy: true,
+            message: "simulators answer".into(),
+            gpus: 16,
+            since: k8s_openapi::jiff::Timestamp::now(),
+        });
+        let hb = Heartbeat::new(ctx.client.clone(), cfg, rx);
+        hb.register().await.unwrap();
+        let heartbeat = tokio::spawn(hb.run());
+        let catalog = Catalog::new(
+            providers(&sims),
+            CatalogConfig {
+                ttl: Duration::from_millis(200),
+                fetch_timeout: Duration::from_secs(10),
+            },
+        );
+        let renter = Renter {
+            catalog,
+            fallback: Arc::new(DefaultFallback::default()),
+            limits: LadderLimits::default(),
+            budget: BudgetGuard::new(None),
+            ledger: Arc::new(CostLedger::new()),
+        };
+        let mut world = World {
+            ctx,
+            sims,
+            node,
+            renter,
+            reconciler: None,
+            _heartbeat: heartbeat,
+            _health: tx,
+        };
+        world.start();
+        world
+    }
+
+    /// Starts (or restarts) the reconciler with fresh in-memory state, as a new process would.
+    fn start(&mut self) {
+        let mut cfg = ReconcilerConfig::new(&self.node, ClusterId::new("test").unwrap());
+        cfg.poll_interval = Duration::from_millis(300);
+        cfg.retry_interval = Duration::from_secs(1);
+        cfg.release_poll = Duration::from_millis(200);
+        let renter = Renter {
+            budget: BudgetGuard::new(None),
+            ledger: Arc::new(CostLedger::new()),
+            ..self.renter.clone()
+        };
+        let r = Reconciler::new(
+            self.ctx.client.clone(),
+            cfg,
+            Planner::default(),
+            renter,
+            Arc::new(CelEngine::new(CelLimits::default())),
+        );
+        self.reconciler = Some(tokio::spawn(r.run(None)));
+    }
+
+    /// Kills the reconciler wherever it is.
+    async fn kill(&mut self) {
+        if let Some(task) = self.reconciler.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace)
+    }
+
+    fn bindings(&self) -> Api<CloudPodBinding> {
+        Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace)
+    }
+
+    async fn create_pod(&self, name: &str, annotations: serde_json::Value) -> Pod {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {
+                "nodeName": self.node,
+                "restartPolicy": "Never",
+                "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+                "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+            }
+        }))
+        .unwrap();
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap()
+    }
+
+    async fn wait_pod(&self, name: &str, what: &str, f: impl Fn(&Pod) -> bool) -> Pod {
+        for _ in 0..600 {
+            if let Some(p) = self.pods().get_opt(name).await.unwrap()
+                && f(&p)
+            {
+                return p;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let now = self.pods().get_opt(name).await.unwrap();
+        panic!(
+            "timed out waiting for pod {name} to be {what}; it is {:?}",
+            now.and_then(|p| p.status)
+        );
+    }
+
+    async fn wait_gone(&self, name: &str) {
+        for _ in 0..600 {
+            let pod = self.pods().get_opt(name).await.unwrap();
+            let binding = self.bindings().get_opt(name).await.unwrap();
+            if pod.is_none() && binding.is_none() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("pod {name} or its binding was never removed");
+    }
+
+    async fn binding(&self, name: &str) -> CloudPodBinding {
+        self.bindings().get(name).await.unwrap()
+    }
+
+    async fn events(&self, pod: &str) -> Vec<(String, String)> {
+        let events: Api<Event> = Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace);
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(pod))
+            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect()
+    }
+}
+
+fn phase(p: &Pod) -> Option<&str> {
+    p.status.as_ref().and_then(|s| s.phase.as_deref())
+}
+
+fn reason(p: &Pod) -> Option<&str> {
+    p.status.as_ref().and_then(|s| s.reason.as_deref())
+}
+
+fn running(p: &Pod) -> bool {
+    phase(p) == Some("Running")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_each_provider_a_pod_runs_and_deleting_it_terminates_the_instance_and_billing() {
+    let world = World::new("rec-each").await;
+    let cases = [
+        ("runpod", "A40", "on-runpod"),
+        ("lambda", "A10", "on-lambda"),
+        ("vast", "RTX 4090", "on-vast"),
+    ];
+    for (provider, gpu, name) in cases {
+        world
+            .create_pod(
+                name,
+                json!({"cloud.aibrix.ai/providers": provider, "cloud.aibrix.ai/gpu-type": gpu}),
+            )
+            .await;
+    }
+    for (provider, _, name) in cases {
+        let pod = world.wait_pod(name, "Running", running).await;
+        let ready = pod.status.as_ref().unwrap().conditions.as_ref().unwrap();
+        assert!(
+            ready
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True"),
+            "{ready:?}"
+        );
+        let b = world.binding(name).await;
+        let status = b.status.clone().unwrap();
+        assert_eq!(status.phase, BindingPhase::Running, "{status:?}");
+        assert_eq!(status.provider.as_deref(), Some(provider));
+        assert_eq!(status.attempts.len(), 1, "{:?}", status.attempts);
+        assert_eq!(status.attempts[0].outcome, AttemptOutcome::Created);
+        let live = world.sims.ledger();
+        let entries = live.named(&b.spec.external_name);
+        assert_eq!(entries.len(), 1, "one instance per pod: {entries:?}");
+        assert!(entries[0].is_live());
+        assert!(b.spec.external_name.starts_with("ncn-test-"));
+        let events = world.events(name).await;
+        assert!(
+            events
+                .iter()
+                .any(|(r, m)| r == "Rented" && m.contains(provider)),
+            "{events:?}"
+        );
+    }
+    for (_, _, name) in cases {
+        let external = world.binding(name).await.spec.external_name;
+        world
+            .pods()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        world.wait_gone(name).await;
+        let ledger = world.sims.ledger();
+        let entries = ledger.named(&external);
+        assert_eq!(entries.len(), 1);
+        assert!(
+            entries[0].terminated_at.is_some(),
+            "instance of {name} still billed: {entries:?}"
+        );
+    }
+    let billed = world.sims.ledger().total_cost_usd();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        world.sims.ledger().total_cost_usd(),
+        billed,
+        "billing went on after deletion"
+    );
+    assert!(world.sims.ledger().live().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vast_capacity_failure_falls_back_to_runpod_with_both_attempts_recorded() {
+    let world = World::new("rec-fallback").await;
+    world.sims.vast.add_fault(FaultRule::next(
+        "PUT /api/v0/asks/{id}/",
+        10,
+        FaultKind::CapacityExhausted,
+    ));
+    world
+        .create_pod(
+            "fallback",
+            json!({"cloud.aibrix.ai/providers": "vast,runpod",
+                "cloud.aibrix.ai/gpu-type": "RTX 4090",
+                "cloud.aibrix.ai/runpod-cloud-type": "SECURE"}),
+        )
+        .await;
+    world.wait_pod("fallback", "Running", running).await;
+    let status = world.binding("fallback").await.status.unwrap();
+    assert_eq!(status.provider.as_deref(), Some("runpod"), "{status:?}");
+    let providers: Vec<&str> = status
+        .attempts
+        .iter()
+        .map(|a| a.provider.as_str())
+        .collect();
+    assert!(
+        providers.first() == Some(&"vast") && providers.last() == Some(&"runpod"),
+        "{providers:?}"
+    );
+    let failed = &status.attempts[0];
+    assert_eq!(failed.outcome, AttemptOutcome::Failed);
+    assert_eq!(failed.failure_class.as_deref(), Some("capacity"));
+    let events = world.events("fallback").await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "RentalFailed" && m.contains("vast") && m.contains("capacity")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "Rented" && m.contains("runpod")),
+        "{events:?}"
+    );
+    let ledger = world.sims.ledger();
+    assert_eq!(ledger.live().len(), 1, "{:?}", ledger.live());
+    assert!(ledger.duplicate_live_names().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_offer_under_the_max_price_leaves_the_pod_pending_and_nothing_rented() {
+    let world = World::new("rec-nooffer").await;
+    world
+        .create_pod(
+            "too-cheap",
+            json!({"cloud.aibrix.ai/gpu-type": "H100 SXM", "cloud.aibrix.ai/max-price": "0.05"}),
+        )
+        .await;
+    let pod = world
+        .wait_pod("too-cheap", "Pending with NoOffer", |p| {
+            reason(p) == Some("NoOffer")
+        })
+        .await;
+    assert_eq!(phase(&pod), Some("Pending"));
+    let status = world.binding("too-cheap").await.status.unwrap();
+    assert_eq!(
+        (status.phase, status.reason.as_deref()),
+        (BindingPhase::Pending, Some("NoOffer"))
+    );
+    assert!(status.attempts.is_empty(), "{:?}", status.attempts);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(world.sims.ledger().entries.is_empty());
+    let events = world.events("too-cheap").await;
+    assert!(events.iter().any(|(r, _)| r == "NoOffer"), "{events:?}");
+    world
+        .pods()
+        .delete("too-cheap", &DeleteParams::default())
+        .await
+        .unwrap();
+    world.wait_gone("too-cheap").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unsupported_pod_is_refused_by_field_and_nothing_is_rented() {
+    let world = World::new("rec-unsupported").await;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "two-containers"},
+        "spec": {
+            "nodeName": world.node,
+            "containers": [
+                {"name": "main", "image": "registry.invalid/cuda:12",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                {"name": "sidecar", "image": "registry.invalid/proxy:1"}
+            ]
+        }
+    }))
+    .unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    let pod = world
+        .wait_pod("two-containers", "refused", |p| {
+            reason(p) == Some("Unsupported")
+        })
+        .await;
+    let message = pod.status.unwrap().message.unwrap();
+    assert!(message.contains("spec.containers"), "{message}");
+    assert!(
+        world
+            .bindings()
+            .get_opt("two-containers")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(world.sims.ledger().entries.is_empty());
+    let bad_price = world
+        .create_pod("bad-price", json!({"cloud.aibrix.ai/max-price": "cheap"}))
+        .await;
+    let pod = world
+        .wait_pod(&bad_price.name_any(), "refused", |p| {
+            reason(p) == Some("Unsupported")
+        })
+        .await;
+    let message = pod.status.unwrap().message.unwrap();
+    assert!(
+        message.contains("cloud.aibrix.ai/max-price") && message.contains("cheap"),
+        "{message}"
+    );
+    assert!(world.sims.ledger().entries.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_force_deleted_pod_has_its_instance_released_and_its_binding_removed() {
+    let world = World::new("rec-force").await;
+    world
+        .create_pod("forced", json!({"cloud.aibrix.ai/providers": "runpod"}))
+        .await;
+    world.wait_pod("forced", "Running", running).await;
+    let external = world.binding("forced").await.spec.external_name;
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    world.pods().delete("forced", &dp).await.unwrap();
+    world.wait_gone("forced").await;
+    let ledger = world.sims.ledger();
+    let entries = ledger.named(&external);
+    assert_eq!(entries.len(), 1);
+    assert!(entries[0].terminated_at.is_some(), "{entries:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reconciler_killed_at_random_points_never_rents_twice_nor_leaks() {
+    let mut world = World::new("rec-restart").await;
+    let names: Vec<String> = (0..4).map(|i| format!("restart-{i}")).collect();
+    for name in &names {
+        world
+            .create_pod(name, json!({"cloud.aibrix.ai/providers": "runpod,vast"}))
+            .await;
+    }
+    // Kill and restart the reconciler at spread-out points of the create path.
+    for i in 0..12u64 {
+        tokio::time::sleep(Duration::from_millis(37 * (i % 5) + 20)).await;
+        world.kill().await;
+        world.start();
+    }
+    for name in &names {
+        world.wait_pod(name, "Running", running).await;
+    }
+    let ledger = world.sims.ledger();
+    assert!(ledger.duplicate_live_names().is_empty(), "{ledger:?}");
+    assert_eq!(ledger.live().len(), names.len(), "{:?}", ledger.live());
+    // Delete half, killing the reconciler during the deletes.
+    for name in &names[..2] {
+        world
+            .pods()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    for i in 0..6u64 {
+        tokio::time::sleep(Duration::from_millis(29 * (i % 4) + 15)).await;
+        world.kill().await;
+        world.start();
+    }
+    for name in &names[..2] {
+        world.wait_gone(name).await;
+    }
+    let ledger = world.sims.ledger();
+    let live: Vec<&str> = ledger.live().iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(live.len(), 2, "{live:?}");
+    for name in &names[2..] {
+        let external = world.binding(name).await.spec.external_name;
+        assert!(
+            live.contains(&external.as_str()),
+            "{live:?} lacks {external}"
+        );
+    }
+}
