@@ -11,6 +11,7 @@ pub mod naming;
 pub mod policy_cli;
 pub mod provider_cli;
 pub mod reconcile;
+pub mod run;
 pub mod smoke;
 pub mod sweeper;
 pub mod vnode;

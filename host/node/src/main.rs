@@ -17,6 +17,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the virtual node: register it, rent for the Pods bound to it, sweep orphans.
+    Run {
+        /// The node's configuration (YAML; see examples/node.yaml).
+        #[arg(long)]
+        config: std::path::PathBuf,
+    },
     /// Print version and build information.
     Version,
     /// Print the CustomResourceDefinitions the node needs, as YAML.
@@ -48,6 +54,11 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let out = match cli.command {
+        Command::Run { config } => {
+            let config = neocloud_node::run::RunConfig::from_file(&config)?;
+            runtime()?.block_on(neocloud_node::run::run(config))?;
+            String::new()
+        }
         Command::Version => format!("neocloud-node {}\n", env!("CARGO_PKG_VERSION")),
         Command::Crds => neocloud_node::crd::to_yaml()?,
         Command::Policy { command } => neocloud_node::policy_cli::run(command)?,

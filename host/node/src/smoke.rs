@@ -122,7 +122,7 @@ pub fn provider_from_env(
     })
 }
 
-fn fake_market() -> FakeProvider {
+pub(crate) fn fake_market() -> FakeProvider {
     let fake = FakeProvider::new(ProviderId::Fake);
     let offer = |id: &str, gpu: &str, price: f64, capacity| Offer {
         provider: ProviderId::Fake,

@@ -268,6 +268,8 @@ pub struct Sweeper {
     /// When each listed instance was first seen, by provider and id (the age of instances whose
     /// provider gives no creation time).
     first_seen: Mutex<HashMap<(ProviderId, String), DateTime<Utc>>>,
+    /// Where deletions are counted, if anywhere.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl std::fmt::Debug for Sweeper {
@@ -294,7 +296,14 @@ impl Sweeper {
             cluster,
             config,
             first_seen: Mutex::new(HashMap::new()),
+            metrics: None,
         }
+    }
+
+    /// Counts what each sweep deletes (or would delete) in `neocloud_sweeper_deletions_total`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// One sweep: lists every binding first, then each provider's instances under our prefix,
@@ -331,7 +340,17 @@ impl Sweeper {
             ticker.tick().await;
             let span = tracing::info_span!("sweep", cluster = %self.cluster, dry_run = self.config.dry_run);
             match self.sweep_once().instrument(span.clone()).await {
-                Ok(report) => span.in_scope(|| report.log()),
+                Ok(report) => {
+                    span.in_scope(|| report.log());
+                    if let Some(m) = &self.metrics {
+                        for i in &report.deleted {
+                            m.record_sweeper_deletion(i.provider, false);
+                        }
+                        for i in &report.would_delete {
+                            m.record_sweeper_deletion(i.provider, true);
+                        }
+                    }
+                }
                 Err(error) => {
                     span.in_scope(
                         || tracing::warn!(%error, label = error.metric_label(), "sweep failed"),

@@ -15,6 +15,7 @@ use neocloud_broker::{
 };
 use neocloud_cloudsim::{CloudSim, CloudSimConfig, FaultKind, FaultRule, SimConfig};
 use neocloud_node::crd::{self, AttemptOutcome, BindingPhase, CloudPodBinding};
+use neocloud_node::metrics::Metrics;
 use neocloud_node::naming::ClusterId;
 use neocloud_node::reconcile::{Reconciler, ReconcilerConfig};
 use neocloud_node::vnode::{Health, Heartbeat, NodeConfig};
@@ -126,6 +127,7 @@ impl World {
             Planner::default(),
             renter,
             Arc::new(CelEngine::new(CelLimits::default())),
+            Arc::new(Metrics::new()),
         );
         self.reconciler = Some(tokio::spawn(r.run(None)));
     }

@@ -37,6 +37,7 @@ use neocloud_broker::{Planner, Renter};
 use neocloud_policy::cel::CelEngine;
 
 use crate::crd::CloudPodBinding;
+use crate::metrics::Metrics;
 use crate::naming::ClusterId;
 
 pub use attempts::class_reason;
@@ -90,6 +91,7 @@ pub struct Reconciler {
     renter: Renter,
     cel: Arc<CelEngine>,
     events: Recorder,
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -116,13 +118,14 @@ pub enum Error {
 
 impl Reconciler {
     /// A reconciler renting through `renter` with `planner`'s policies; `cel` compiles the
-    /// Pods' constraint and rank expressions.
+    /// Pods' constraint and rank expressions; rentals and errors are counted in `metrics`.
     pub fn new(
         client: Client,
         cfg: ReconcilerConfig,
         planner: Planner,
         renter: Renter,
         cel: Arc<CelEngine>,
+        metrics: Arc<Metrics>,
     ) -> Arc<Reconciler> {
         let reporter = Reporter {
             controller: crate::vnode::FIELD_MANAGER.to_owned(),
@@ -136,6 +139,7 @@ impl Reconciler {
             renter,
             cel,
             events,
+            metrics,
         })
     }
 
@@ -208,8 +212,15 @@ impl Reconciler {
     }
 }
 
-fn error_policy<K>(_: Arc<K>, e: &Error, _: Arc<Reconciler>) -> Action {
+// The signature is the one `Controller::run` takes.
+#[allow(clippy::needless_pass_by_value)]
+fn error_policy<K>(_: Arc<K>, e: &Error, r: Arc<Reconciler>) -> Action {
     tracing::warn!(error = %e, "reconcile failed; retrying");
+    r.metrics.record_reconcile_error(match e {
+        Error::Kube(_) => "kubernetes",
+        Error::Provider(p) => p.metric_label(),
+        Error::Invalid(_) => "invalid",
+    });
     Action::requeue(Duration::from_secs(2))
 }
 

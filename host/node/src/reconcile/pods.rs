@@ -21,6 +21,7 @@ use crate::crd::{
     BindingPhase, CloudPodBinding, CloudPodBindingSpec, CloudPodBindingStatus, PolicyRef,
     WorkloadSummary,
 };
+use crate::metrics::{InstrumentedFilter, InstrumentedRanker, RentalOutcome};
 use crate::vnode::FIELD_MANAGER;
 
 /// Reconciles one Pod bound to the node.
@@ -82,13 +83,21 @@ impl Reconciler {
                     "pod is not supported: metadata.annotations[cloud.aibrix.ai/constraints]: {e}"
                 )
             })?;
-            planner.filter = Arc::new(CelFilter::new(expr, &w));
+            planner.filter = Arc::new(InstrumentedFilter::new(
+                Arc::new(CelFilter::new(expr, &w)),
+                "pod-constraints",
+                Arc::clone(&self.metrics),
+            ));
         }
         if let Some(src) = &w.rank {
             let expr = self.cel.compile_rank(src).map_err(|e| {
                 format!("pod is not supported: metadata.annotations[cloud.aibrix.ai/rank]: {e}")
             })?;
-            planner.ranker = Arc::new(CelRanker::new(expr, &w));
+            planner.ranker = Arc::new(InstrumentedRanker::new(
+                Arc::new(CelRanker::new(expr, &w)),
+                "pod-rank",
+                Arc::clone(&self.metrics),
+            ));
         }
         Ok((w, planner))
     }
@@ -231,6 +240,13 @@ impl Reconciler {
         let status = recorder.status();
         match result {
             Ok((rental, plan)) => {
+                let outcome = if rental.adopted {
+                    RentalOutcome::Adopted
+                } else {
+                    RentalOutcome::Created
+                };
+                self.metrics
+                    .record_rental(rental.instance.provider, outcome);
                 let note = format!(
                     "{} {}: {}",
                     if rental.adopted { "adopted" } else { "rented" },

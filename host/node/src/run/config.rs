@@ -1,0 +1,271 @@
+//! The node's configuration file (`neocloud-node run --config node.yaml`): identity, providers,
+//! budget, sweeper, leader election and reconciler timing. Unknown fields are refused by name;
+//! every default is written here.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use neocloud_core::ProviderId;
+use serde::Deserialize;
+
+use crate::naming::ClusterId;
+use crate::sweeper::SweeperConfig;
+use crate::vnode::NodeConfig;
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RunConfig {
+    /// This cluster's identity in every external name: 1-16 of `[a-z0-9]`.
+    pub cluster_id: String,
+    /// The Node: name, taint, limits.
+    pub node: NodeConfig,
+    /// Enabled providers. Empty: `GPU_BURST_PROVIDER` (comma-separated), else `fake`.
+    #[serde(default)]
+    pub providers: Vec<ProviderId>,
+    /// The cluster budget, USD per hour over every running and starting instance.
+    #[serde(default)]
+    pub budget_usd_per_hour: Option<f64>,
+    /// The orphan sweeper.
+    #[serde(default)]
+    pub sweeper: SweeperConfig,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[serde(default = "default_metrics_address")]
+    pub metrics_address: String,
+    /// One active replica at a time.
+    #[serde(default)]
+    pub leader_election: LeaderElection,
+    /// Reconciler timing and concurrency.
+    #[serde(default)]
+    pub reconciler: ReconcilerSettings,
+    /// Apply the CRDs at start (handy for local runs; installs normally ship them).
+    #[serde(default)]
+    pub install_crds: bool,
+    /// How often provider health is checked, seconds.
+    #[serde(default = "default_health_seconds")]
+    pub health_interval_seconds: u64,
+}
+
+/// Leader election over a Lease.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeaderElection {
+    /// Off only for a single replica you are sure of.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The Lease's namespace; default `POD_NAMESPACE`, else `default`.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// The Lease's name; default `neocloud-node-<node name>`.
+    #[serde(default)]
+    pub lease_name: Option<String>,
+    /// How long a leader holds the Lease without renewing it, seconds.
+    #[serde(default = "default_lease_seconds")]
+    pub lease_duration_seconds: u64,
+    /// How early before expiry the leader renews, seconds.
+    #[serde(default = "default_grace_seconds")]
+    pub renew_grace_seconds: u64,
+}
+
+impl Default for LeaderElection {
+    fn default() -> Self {
+        LeaderElection {
+            enabled: true,
+            namespace: None,
+            lease_name: None,
+            lease_duration_seconds: default_lease_seconds(),
+            renew_grace_seconds: default_grace_seconds(),
+        }
+    }
+}
+
+/// Reconciler settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReconcilerSettings {
+    /// Pods reconciled at once.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: u16,
+    /// How often a rented instance is polled, milliseconds.
+    #[serde(default = "default_poll_ms")]
+    pub poll_interval_ms: u64,
+    /// How long a Pod with no offer waits before planning again, milliseconds.
+    #[serde(default = "default_retry_ms")]
+    pub retry_interval_ms: u64,
+}
+
+impl Default for ReconcilerSettings {
+    fn default() -> Self {
+        ReconcilerSettings {
+            concurrency: default_concurrency(),
+            poll_interval_ms: default_poll_ms(),
+            retry_interval_ms: default_retry_ms(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_metrics_address() -> String {
+    "0.0.0.0:8080".to_owned()
+}
+fn default_lease_seconds() -> u64 {
+    15
+}
+fn default_grace_seconds() -> u64 {
+    5
+}
+fn default_concurrency() -> u16 {
+    16
+}
+fn default_poll_ms() -> u64 {
+    10_000
+}
+fn default_retry_ms() -> u64 {
+    30_000
+}
+fn default_health_seconds() -> u64 {
+    30
+}
+
+impl RunConfig {
+    /// Reads and checks the file.
+    pub fn from_file(path: &Path) -> anyhow::Result<RunConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read the config {}", path.display()))?;
+        Self::from_yaml(&text).with_context(|| format!("config {}", path.display()))
+    }
+
+    /// Parses and checks YAML.
+    pub fn from_yaml(text: &str) -> anyhow::Result<RunConfig> {
+        let cfg: RunConfig = serde_yaml::from_str(text)?;
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        ClusterId::new(&self.cluster_id)?;
+        if let Some(b) = self.budget_usd_per_hour
+            && !(b.is_finite() && b > 0.0)
+        {
+            bail!("budgetUsdPerHour: {b} is not a positive number of USD per hour");
+        }
+        if self.reconciler.concurrency == 0 {
+            bail!("reconciler.concurrency: 0 must be at least 1");
+        }
+        let le = &self.leader_election;
+        if le.enabled && le.renew_grace_seconds >= le.lease_duration_seconds {
+            bail!(
+                "leaderElection.renewGraceSeconds: {} must be less than leaseDurationSeconds ({})",
+                le.renew_grace_seconds,
+                le.lease_duration_seconds
+            );
+        }
+        if self.health_interval_seconds == 0 {
+            bail!("healthIntervalSeconds: 0 must be at least 1");
+        }
+        self.metrics_address
+            .parse::<std::net::SocketAddr>()
+            .with_context(|| {
+                format!(
+                    "metricsAddress: {:?} is not host:port",
+                    self.metrics_address
+                )
+            })?;
+        Ok(())
+    }
+
+    /// The validated cluster id.
+    pub fn cluster(&self) -> ClusterId {
+        // Checked when the file was read.
+        ClusterId::new(&self.cluster_id).unwrap_or_else(|_| unreachable_cluster())
+    }
+
+    /// The enabled providers: the file's, else `GPU_BURST_PROVIDER`, else `fake`.
+    pub fn provider_ids(&self, env: Option<&str>) -> anyhow::Result<Vec<ProviderId>> {
+        if !self.providers.is_empty() {
+            return Ok(self.providers.clone());
+        }
+        let Some(list) = env.filter(|s| !s.trim().is_empty()) else {
+            return Ok(vec![ProviderId::Fake]);
+        };
+        list.split(',')
+            .map(|p| {
+                p.trim().parse::<ProviderId>().map_err(|_| {
+                    anyhow::anyhow!("GPU_BURST_PROVIDER: {p:?} is not runpod, lambda, vast or fake")
+                })
+            })
+            .collect()
+    }
+
+    /// Poll interval as a duration.
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.reconciler.poll_interval_ms.max(100))
+    }
+
+    /// Retry interval as a duration.
+    pub fn retry_interval(&self) -> Duration {
+        Duration::from_millis(self.reconciler.retry_interval_ms.max(100))
+    }
+}
+
+fn unreachable_cluster() -> ClusterId {
+    // `check` refused every invalid id; "invalid" is a valid id that can never be reached.
+    ClusterId::new("invalid").unwrap_or_else(|_| unreachable_cluster())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "clusterId: prod1\nnode: {name: neocloud-node}\n";
+
+    #[test]
+    fn a_minimal_file_gets_every_default() {
+        let c = RunConfig::from_yaml(MINIMAL).unwrap();
+        assert_eq!(c.cluster().prefix(), "ncn-prod1-");
+        assert!(c.leader_election.enabled);
+        assert_eq!(c.metrics_address, "0.0.0.0:8080");
+        assert_eq!(c.sweeper.interval, Duration::from_secs(300));
+        assert_eq!(c.provider_ids(None).unwrap(), vec![ProviderId::Fake]);
+        assert_eq!(
+            c.provider_ids(Some("runpod, vast")).unwrap(),
+            vec![ProviderId::Runpod, ProviderId::Vast]
+        );
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_field_and_value() {
+        let cases = [
+            (
+                "clusterId: prod-1\nnode: {name: n}\n",
+                "clusterId: \"prod-1\"",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nbudgetUsdPerHour: -3\n",
+                "budgetUsdPerHour: -3",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nmetricsAddress: localhost\n",
+                "metricsAddress: \"localhost\"",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nbudget: 3\n",
+                "unknown field `budget`",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nleaderElection: {leaseDurationSeconds: 5}\n",
+                "leaderElection.renewGraceSeconds: 5",
+            ),
+        ];
+        for (yaml, want) in cases {
+            let e = format!("{:#}", RunConfig::from_yaml(yaml).unwrap_err());
+            assert!(e.contains(want), "{yaml}: {e}");
+        }
+        let c = RunConfig::from_yaml(MINIMAL).unwrap();
+        let e = c.provider_ids(Some("runpod,aws")).unwrap_err().to_string();
+        assert!(e.contains("GPU_BURST_PROVIDER: \"aws\""), "{e}");
+    }
+}

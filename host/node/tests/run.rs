@@ -1,0 +1,299 @@
+//! `neocloud-node run` as a process on the real control plane with the simulators: killed with
+//! SIGKILL at random points of creates and deletes, fifty times in a row, and restarted, it leaves
+//! exactly one instance per live Pod and none for deleted Pods; with two replicas, the standby
+//! takes over when the leader dies, and serves readiness and metrics.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+use neocloud_cloudsim::{CloudSim, CloudSimConfig, SimConfig};
+use neocloud_node::crd::CloudPodBinding;
+use neocloud_testenv::TestContext;
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+struct World {
+    ctx: TestContext,
+    sims: CloudSim,
+    node: String,
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl World {
+    async fn new(prefix: &str) -> World {
+        let ctx = TestContext::new(prefix).await;
+        let sims = CloudSim::start(CloudSimConfig {
+            runpod: SimConfig::fast(),
+            lambda: SimConfig::fast(),
+            vast: SimConfig::fast(),
+        })
+        .await
+        .unwrap();
+        let node = format!("neocloud-{}", ctx.namespace);
+        World {
+            ctx,
+            sims,
+            node,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Writes a config serving metrics on `port` and returns its path.
+    fn config(&self, port: u16) -> PathBuf {
+        let yaml = format!(
+            "clusterId: runtest\n\
+             node: {{name: {node}, leaseRenewSeconds: 1}}\n\
+             providers: [runpod, vast]\n\
+             installCrds: true\n\
+             metricsAddress: 127.0.0.1:{port}\n\
+             healthIntervalSeconds: 1\n\
+             leaderElection: {{namespace: {ns}, leaseDurationSeconds: 2, renewGraceSeconds: 1}}\n\
+             reconciler: {{pollIntervalMs: 300, retryIntervalMs: 1000}}\n\
+             sweeper: {{intervalSeconds: 3600, graceSeconds: 3600}}\n",
+            node = self.node,
+            ns = self.ctx.namespace,
+        );
+        let path = self.dir.path().join(format!("node-{port}.yaml"));
+        std::fs::write(&path, yaml).unwrap();
+        path
+    }
+
+    fn spawn(&self, config: &Path, log: &str) -> Child {
+        let log = std::fs::File::create(self.dir.path().join(log)).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
+            .args(["run", "--config"])
+            .arg(config)
+            .env("KUBECONFIG", self.ctx.control_plane.admin_kubeconfig())
+            .env("RUNPOD_API_KEY", self.sims.runpod.api_key())
+            .env("RUNPOD_API_BASE_URL", self.sims.runpod.base_url())
+            .env("VAST_API_KEY", self.sims.vast.api_key())
+            .env("VAST_API_BASE_URL", self.sims.vast.base_url())
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace)
+    }
+
+    async fn create_pod(&self, name: &str) {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": self.node,
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+            }
+        }))
+        .unwrap();
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+    }
+
+    async fn wait_running(&self, name: &str, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let pod = self.pods().get(name).await.unwrap();
+            if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "pod {name} is not Running after {within:?}: {:?}\n{}",
+                pod.status,
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn wait_gone(&self, name: &str, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.pods().get_opt(name).await.unwrap().is_some() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "pod {name} was not removed within {within:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The tail of every node log, for failure messages.
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        let mut entries: Vec<_> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .collect();
+        entries.sort_by_key(|e| e.path());
+        for e in entries.iter().rev().take(2) {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            out.push_str(&format!("----- {}\n", e.path().display()));
+            for line in tail.into_iter().rev() {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// A small deterministic generator, so a failing sequence can be replayed.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % below
+    }
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fifty_sigkills_during_creates_and_deletes_leave_one_instance_per_live_pod() {
+    let world = World::new("run-kill").await;
+    let config = world.config(free_port());
+    let mut rng = Lcg(0x5eed);
+    let mut live: Vec<String> = Vec::new();
+    let mut deleted: Vec<String> = Vec::new();
+    for i in 0..50 {
+        let mut node = world.spawn(&config, &format!("node-{i:02}.log"));
+        if i % 2 == 0 {
+            let name = format!("p-{i:02}");
+            world.create_pod(&name).await;
+            live.push(name);
+        } else if i % 6 == 3 && live.len() > 2 {
+            let name = live.remove(rng.next(live.len() as u64) as usize);
+            world
+                .pods()
+                .delete(&name, &DeleteParams::default())
+                .await
+                .unwrap();
+            deleted.push(name);
+        }
+        // Leadership takes up to the lease duration after the last kill; then a create or a
+        // delete is under way somewhere in this window.
+        tokio::time::sleep(Duration::from_millis(1500 + rng.next(2000))).await;
+        node.start_kill().unwrap();
+        node.wait().await.unwrap();
+    }
+    let _node = world.spawn(&config, "node-final.log");
+    for name in &live {
+        world.wait_running(name, Duration::from_secs(120)).await;
+    }
+    for name in &deleted {
+        world.wait_gone(name, Duration::from_secs(60)).await;
+    }
+    let bindings: Api<CloudPodBinding> =
+        Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
+    let mut want = Vec::new();
+    for name in &live {
+        want.push(bindings.get(name).await.unwrap().spec.external_name);
+    }
+    let ledger = world.sims.ledger();
+    assert!(
+        ledger.duplicate_live_names().is_empty(),
+        "rented twice: {:?}",
+        ledger.duplicate_live_names()
+    );
+    let mut got: Vec<String> = ledger.live().iter().map(|e| e.name.clone()).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(
+        got,
+        want,
+        "live instances are not exactly one per live pod ({} live, {} deleted)",
+        live.len(),
+        deleted.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_replica_takes_over_when_the_leader_dies() {
+    let world = World::new("run-standby").await;
+    let ports = [free_port(), free_port()];
+    let mut replicas = [
+        Some(world.spawn(&world.config(ports[0]), "replica-0.log")),
+        Some(world.spawn(&world.config(ports[1]), "replica-1.log")),
+    ];
+    world.create_pod("first").await;
+    world.wait_running("first", Duration::from_secs(60)).await;
+    let leases: Api<Lease> = Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
+    let holder = leases
+        .get(&format!("neocloud-node-{}", world.node))
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .holder_identity
+        .unwrap();
+    let leader = replicas
+        .iter()
+        .position(|r| {
+            let pid = r.as_ref().unwrap().id().unwrap();
+            holder == format!("{}-{pid}", world.node)
+        })
+        .unwrap_or_else(|| panic!("no replica holds the lease; holder is {holder}"));
+    let standby = 1 - leader;
+    let before = http_get(ports[standby], "/readyz");
+    assert!(before.starts_with("HTTP/1.1 503"), "{before}");
+    let mut dead = replicas[leader].take().unwrap();
+    dead.start_kill().unwrap();
+    dead.wait().await.unwrap();
+
+    world.create_pod("second").await;
+    world.wait_running("second", Duration::from_secs(60)).await;
+    let ready = http_get(ports[standby], "/readyz");
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    let metrics = http_get(ports[standby], "/metrics");
+    assert!(
+        metrics.contains("neocloud_rentals_total{") && metrics.contains("outcome=\"created\""),
+        "{metrics}"
+    );
+    let ledger = world.sims.ledger();
+    assert_eq!(ledger.live().len(), 2, "{:?}", ledger.live());
+    assert!(ledger.duplicate_live_names().is_empty());
+    let _ = world.pods().delete("first", &DeleteParams::default()).await;
+    world.wait_gone("first", Duration::from_secs(60)).await;
+    assert_eq!(world.sims.ledger().live().len(), 1);
+    let pod = world.pods().get("second").await.unwrap();
+    assert_eq!(pod.name_any(), "second");
+}
