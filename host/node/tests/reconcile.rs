@@ -34,6 +34,7 @@ struct World {
     sims: CloudSim,
     node: String,
     renter: Renter,
+    metrics: Arc<Metrics>,
     reconciler: Option<JoinHandle<()>>,
     _heartbeat: JoinHandle<()>,
     _health: watch::Sender<Health>,
@@ -102,6 +103,7 @@ impl World {
             sims,
             node,
             renter,
+            metrics: Arc::new(Metrics::new()),
             reconciler: None,
             _heartbeat: heartbeat,
             _health: tx,
@@ -127,7 +129,7 @@ impl World {
             Planner::default(),
             renter,
             Arc::new(CelEngine::new(CelLimits::default())),
-            Arc::new(Metrics::new()),
+            Arc::clone(&self.metrics),
         );
         self.reconciler = Some(tokio::spawn(r.run(None)));
     }
@@ -341,6 +343,23 @@ async fn a_vast_capacity_failure_falls_back_to_runpod_with_both_attempts_recorde
     let ledger = world.sims.ledger();
     assert_eq!(ledger.live().len(), 1, "{:?}", ledger.live());
     assert!(ledger.duplicate_live_names().is_empty());
+    let metrics = world.metrics.encode();
+    let rentals: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("neocloud_rentals_total{"))
+        .collect();
+    assert!(
+        rentals.iter().any(|l| l.contains("provider=\"vast\"")
+            && l.contains("outcome=\"failed\"")
+            && l.contains("class=\"capacity\"")),
+        "{rentals:?}"
+    );
+    assert!(
+        rentals
+            .iter()
+            .any(|l| l.contains("provider=\"runpod\"") && l.contains("outcome=\"created\"")),
+        "{rentals:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -320,6 +320,8 @@ impl Reconciler {
         self.renter
             .ledger
             .start(&key, found.price_per_hour, Utc::now());
+        self.metrics
+            .record_rental(found.provider, RentalOutcome::Adopted);
         self.event(
             pod,
             false,

@@ -16,6 +16,7 @@ use serde_json::json;
 use super::Reconciler;
 use super::attempts::to_record;
 use crate::crd::{BindingPhase, CloudPodBinding, CloudPodBindingStatus};
+use crate::metrics::RentalOutcome;
 use crate::vnode::FIELD_MANAGER;
 
 /// Applies `status` as the binding's whole status (server-side apply: fields left out are
@@ -107,6 +108,9 @@ impl AttemptRecorder for BindingRecorder<'_> {
             message,
         } = &attempt.outcome
         {
+            self.r
+                .metrics
+                .record_rental(attempt.provider, RentalOutcome::Failed(*class));
             let code = code
                 .as_deref()
                 .map(|c| format!(" [{c}]"))
