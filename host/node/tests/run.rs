@@ -256,6 +256,15 @@ async fn a_standby_replica_takes_over_when_the_leader_dies() {
     ];
     world.create_pod("first").await;
     world.wait_running("first", Duration::from_secs(60)).await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.ctx.client.clone());
+    let node = nodes.get(&world.node).await.unwrap();
+    let gpus = node.status.unwrap().allocatable.unwrap()["nvidia.com/gpu"]
+        .0
+        .clone();
+    assert_eq!(
+        gpus, "64",
+        "healthy providers with offers and no budget: the ceiling"
+    );
     let leases: Api<Lease> = Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
     let holder = leases
         .get(&format!("neocloud-node-{}", world.node))

@@ -3,6 +3,7 @@
 //! and keeps it alive, runs the reconciler, and starts the sweeper once the reconciler's caches
 //! are synced. Losing leadership ends the process, so a restarted replica starts clean.
 
+mod capacity;
 mod config;
 
 use std::sync::Arc;
@@ -17,11 +18,12 @@ use kube::{Api, Client};
 use neocloud_broker::{
     BudgetGuard, Catalog, CatalogConfig, CostLedger, DefaultFallback, LadderLimits, Planner, Renter,
 };
-use neocloud_core::{InstancePhase, ProviderId};
+use neocloud_core::{CapacityType, InstancePhase, OfferQuery, ProviderId};
 use neocloud_policy::cel::{CelEngine, CelLimits};
 use neocloud_providers::{LambdaProvider, Provider, RunpodProvider, VastConfig, VastProvider};
 use tokio::sync::{oneshot, watch};
 
+pub use capacity::gpus_within_budget;
 pub use config::{LeaderElection, ReconcilerSettings, RunConfig};
 
 use crate::crd::CloudPodBinding;
@@ -90,12 +92,6 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         .register()
         .await
         .with_context(|| format!("failed to register node {}", node_cfg.name))?;
-    let health = tokio::spawn(check_health(
-        providers.clone(),
-        node_cfg.max_gpus,
-        Duration::from_secs(cfg.health_interval_seconds),
-        health_tx,
-    ));
     let beats = tokio::spawn(heartbeat.run());
 
     let renter = Renter {
@@ -109,6 +105,11 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         budget: BudgetGuard::new(cfg.budget_usd_per_hour),
         ledger: Arc::new(CostLedger::new()),
     };
+    let health = tokio::spawn(check_health(
+        renter.clone(),
+        Duration::from_secs(cfg.health_interval_seconds),
+        health_tx,
+    ));
     let mut rc = ReconcilerConfig::new(&node_cfg.name, cfg.cluster());
     rc.host_ip = node_cfg.address.clone();
     rc.concurrency = cfg.reconciler.concurrency;
@@ -194,34 +195,53 @@ async fn lead(client: &Client, cfg: &RunConfig) -> anyhow::Result<watch::Receive
     Ok(rx)
 }
 
-/// Checks every provider's health and publishes the node's.
-async fn check_health(
-    providers: Vec<Arc<dyn Provider>>,
-    max_gpus: u32,
-    every: Duration,
-    tx: watch::Sender<Health>,
-) {
+/// Checks every provider's health and what GPUs the catalog and the budget allow, and publishes
+/// the node's health (the Node status applies its ceiling on top).
+async fn check_health(renter: Renter, every: Duration, tx: watch::Sender<Health>) {
+    let any_gpu = OfferQuery {
+        gpu_models: Vec::new(),
+        gpu_count: 1,
+        capacity: Some(CapacityType::Any),
+    };
     loop {
+        let ids = renter.catalog.provider_ids();
         let mut failures = Vec::new();
-        for p in &providers {
-            if let Err(e) = p.health().await {
+        for id in &ids {
+            if let Some(p) = renter.catalog.provider(*id)
+                && let Err(e) = p.health().await
+            {
                 failures.push(e.to_string());
             }
         }
-        let healthy = failures.len() < providers.len();
+        let healthy = failures.len() < ids.len();
+        let view = renter.catalog.offers(&any_gpu, &[]).await;
+        let budget = &renter.budget;
+        let remaining = budget
+            .cap_usd_per_hour()
+            .map(|cap| cap - budget.running_usd_per_hour() - budget.in_flight_usd_per_hour());
+        let gpus = if healthy {
+            gpus_within_budget(&view.offers, remaining)
+        } else {
+            0
+        };
         let message = if failures.is_empty() {
             "every provider answers".to_owned()
         } else {
             failures.join("; ")
         };
         tx.send_if_modified(|h| {
-            let changed = h.healthy != healthy || h.message != message;
+            let changed = h.healthy != healthy || h.message != message || h.gpus != gpus;
             if changed {
+                let since = if h.healthy == healthy {
+                    h.since
+                } else {
+                    Timestamp::now()
+                };
                 *h = Health {
                     healthy,
                     message: message.clone(),
-                    gpus: if healthy { max_gpus } else { 0 },
-                    since: Timestamp::now(),
+                    gpus,
+                    since,
                 };
             }
             changed
