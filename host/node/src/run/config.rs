@@ -237,6 +237,16 @@ mod tests {
     }
 
     #[test]
+    fn the_example_config_parses() {
+        let c = RunConfig::from_yaml(include_str!("../../../../examples/node.yaml")).unwrap();
+        assert_eq!(
+            (c.cluster_id.as_str(), c.node.name.as_str()),
+            ("dev1", "neocloud-node")
+        );
+        assert_eq!(c.providers, vec![ProviderId::Fake]);
+    }
+
+    #[test]
     fn bad_values_are_refused_by_field_and_value() {
         let cases = [
             (
