@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use neocloud_broker::{
     BudgetGuard, Catalog, CatalogConfig, CostLedger, DefaultFallback, LadderLimits, Planner, Renter,
@@ -31,6 +32,8 @@ use tokio::task::JoinHandle;
 
 struct World {
     ctx: TestContext,
+    /// The node's own client: the ClusterRole in config/rbac/role.yaml and nothing more.
+    client: kube::Client,
     sims: CloudSim,
     node: String,
     renter: Renter,
@@ -58,6 +61,31 @@ fn providers(sims: &CloudSim) -> Vec<Arc<dyn Provider>> {
     ]
 }
 
+/// A client for a user bound to the project's ClusterRole, applied from config/rbac/role.yaml.
+async fn node_identity(ctx: &TestContext) -> kube::Client {
+    let role: ClusterRole =
+        serde_yaml::from_str(include_str!("../../../config/rbac/role.yaml")).unwrap();
+    let pp = PatchParams::apply("neocloud-node-tests").force();
+    Api::<ClusterRole>::all(ctx.client.clone())
+        .patch("aibrix-neocloud-node", &pp, &Patch::Apply(&role))
+        .await
+        .unwrap();
+    let user = format!("neocloud-node-{}", ctx.namespace);
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+            "name": "aibrix-neocloud-node"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(ctx.client.clone())
+        .patch(&user, &pp, &Patch::Apply(&binding))
+        .await
+        .unwrap();
+    ctx.control_plane.client_as(&user, &[]).await.unwrap()
+}
+
 impl World {
     async fn new(prefix: &str) -> World {
         let ctx = TestContext::new(prefix).await;
@@ -72,6 +100,7 @@ impl World {
         .await
         .unwrap();
         let node = format!("neocloud-{}", ctx.namespace);
+        let client = node_identity(&ctx).await;
         let mut cfg = NodeConfig::named(&node);
         cfg.providers = vec!["runpod".into(), "lambda".into(), "vast".into()];
         cfg.lease_renew_seconds = 2;
@@ -81,7 +110,7 @@ impl World {
             gpus: 16,
             since: k8s_openapi::jiff::Timestamp::now(),
         });
-        let hb = Heartbeat::new(ctx.client.clone(), cfg, rx);
+        let hb = Heartbeat::new(client.clone(), cfg, rx);
         hb.register().await.unwrap();
         let heartbeat = tokio::spawn(hb.run());
         let catalog = Catalog::new(
@@ -100,6 +129,7 @@ impl World {
         };
         let mut world = World {
             ctx,
+            client,
             sims,
             node,
             renter,
@@ -124,7 +154,7 @@ impl World {
             ..self.renter.clone()
         };
         let r = Reconciler::new(
-            self.ctx.client.clone(),
+            self.client.clone(),
             cfg,
             Planner::default(),
             renter,
