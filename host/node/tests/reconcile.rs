@@ -545,3 +545,40 @@ async fn a_reconciler_killed_at_random_points_never_rents_twice_nor_leaks() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_deleted_while_its_rental_is_in_flight_leaves_nothing_behind() {
+    let world = World::new("rec-inflight").await;
+    world.sims.vast.add_fault(FaultRule::next(
+        "PUT /api/v0/asks/{id}/",
+        1,
+        FaultKind::Slow { delay_ms: 3000 },
+    ));
+    world
+        .create_pod("in-flight", json!({"cloud.aibrix.ai/providers": "vast"}))
+        .await;
+    // Wait until the attempt is written (the provider call is then under way), then delete.
+    for _ in 0..300 {
+        let b = world.bindings().get_opt("in-flight").await.unwrap();
+        if b.and_then(|b| b.status)
+            .is_some_and(|s| !s.attempts.is_empty())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let external = world.binding("in-flight").await.spec.external_name;
+    world
+        .pods()
+        .delete("in-flight", &DeleteParams::default())
+        .await
+        .unwrap();
+    world.wait_gone("in-flight").await;
+    let ledger = world.sims.ledger();
+    let entries = ledger.named(&external);
+    assert!(
+        entries.iter().all(|e| e.terminated_at.is_some()),
+        "an instance outlived its deleted pod: {entries:?}"
+    );
+    assert_eq!(entries.len(), 1, "the slow create did rent: {entries:?}");
+}
