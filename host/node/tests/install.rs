@@ -1,0 +1,218 @@
+//! The install path on the real control plane: the generated files are current, the single-file
+//! manifest passes a server-side dry run, and the quickstart works as written: `config/default`
+//! applied with kubectl, the node started with the manager's configuration and the
+//! ServiceAccount's own credentials, the sample fake Pod scheduled onto it and Running, and
+//! `kubectl get cloudpodbindings` showing its row.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use neocloud_testenv::TestContext;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn kubectl(ctx: &TestContext, args: &[&str]) -> Output {
+    let out = ctx
+        .control_plane
+        .kubectl()
+        .current_dir(repo())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_generated_crds_and_manifest_are_current() {
+    let ctx = TestContext::new("install-current").await;
+    let crds = std::fs::read_to_string(repo().join("config/crd/cloud.aibrix.ai.yaml")).unwrap();
+    assert!(
+        crds == neocloud_node::crd::to_yaml().unwrap(),
+        "config/crd/cloud.aibrix.ai.yaml is stale: run `make manifests`"
+    );
+    let built = kubectl(&ctx, &["kustomize", "config/default"]);
+    let deploy = std::fs::read_to_string(repo().join("deploy/neocloud-node.yaml")).unwrap();
+    let body = deploy
+        .split_once('\n')
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    assert!(
+        body == String::from_utf8_lossy(&built.stdout),
+        "deploy/neocloud-node.yaml is stale: run `make manifests`"
+    );
+    let dry = kubectl(
+        &ctx,
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--force-conflicts",
+            "-f",
+            "deploy/neocloud-node.yaml",
+        ],
+    );
+    let said = String::from_utf8_lossy(&dry.stdout);
+    for object in [
+        "namespace/aibrix-system",
+        "customresourcedefinition.apiextensions.k8s.io/cloudpodbindings.cloud.aibrix.ai",
+        "clusterrole.rbac.authorization.k8s.io/aibrix-neocloud-node",
+        "deployment.apps/aibrix-neocloud-node",
+    ] {
+        assert!(said.contains(object), "{object} missing from:\n{said}");
+    }
+}
+
+/// A kubeconfig that authenticates with a token of the ServiceAccount.
+fn service_account_kubeconfig(ctx: &TestContext, dir: &Path) -> PathBuf {
+    let token = kubectl(
+        ctx,
+        &[
+            "-n",
+            "aibrix-system",
+            "create",
+            "token",
+            "aibrix-neocloud-node",
+            "--duration=1h",
+        ],
+    );
+    let token = String::from_utf8(token.stdout).unwrap();
+    let path = dir.join("sa.kubeconfig");
+    let cp = &ctx.control_plane;
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    \
+         certificate-authority: {}\nusers:\n- name: sa\n  user:\n    token: {}\ncontexts:\n- \
+         name: sa\n  context: {{cluster: test, user: sa}}\ncurrent-context: sa\n",
+        cp.api_url(),
+        cp.ca_file().display(),
+        token.trim()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_quickstart_runs_the_fake_pod_under_the_service_account() {
+    let ctx = TestContext::new("install-quickstart").await;
+    kubectl(&ctx, &["apply", "-k", "config/default"]);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = service_account_kubeconfig(&ctx, dir.path());
+    let log = std::fs::File::create(dir.path().join("node.log")).unwrap();
+    let config = repo().join("config/manager/node.yaml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let local = dir.path().join("node.yaml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("0.0.0.0:8080", &format!("127.0.0.1:{port}"));
+    std::fs::write(&local, text).unwrap();
+    let _node = tokio::process::Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
+        .args(["run", "--config"])
+        .arg(&local)
+        .env("KUBECONFIG", &kubeconfig)
+        .env("GPU_BURST_PROVIDER", "fake")
+        .env("POD_NAMESPACE", "aibrix-system")
+        .env("POD_NAME", "aibrix-neocloud-node-test")
+        .env("RUST_LOG", "info")
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    kubectl(
+        &ctx,
+        &[
+            "-n",
+            &ctx.namespace,
+            "apply",
+            "-f",
+            "config/samples/fake-pod.yaml",
+        ],
+    );
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let mut phase = None;
+    for _ in 0..600 {
+        let pod = pods.get("neocloud-node-fake-smoke").await.unwrap();
+        phase = pod.status.and_then(|s| s.phase);
+        if phase.as_deref() == Some("Running") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap_or_default();
+    assert_eq!(phase.as_deref(), Some("Running"), "node log:\n{log}");
+    let rows = kubectl(&ctx, &["-n", &ctx.namespace, "get", "cloudpodbindings"]);
+    let rows = String::from_utf8_lossy(&rows.stdout);
+    let row = rows
+        .lines()
+        .find(|l| l.starts_with("neocloud-node-fake-smoke"))
+        .unwrap_or_else(|| panic!("no binding row:\n{rows}"));
+    assert!(row.contains("fake") && row.contains("Running"), "{rows}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
+    let ctx = TestContext::new("install-rbac").await;
+    kubectl(&ctx, &["apply", "-k", "config/rbac"]);
+    let sa = "system:serviceaccount:aibrix-system:aibrix-neocloud-node";
+    let can = |args: &[&str]| {
+        let out = ctx
+            .control_plane
+            .kubectl()
+            .args(["auth", "can-i", "--as", sa])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    let allowed: &[&[&str]] = &[
+        &["watch", "pods", "-A"],
+        &["patch", "pods", "--subresource=status", "-A"],
+        &["delete", "pods", "-A"],
+        &["create", "nodes"],
+        &["patch", "nodes", "--subresource=status"],
+        &["get", "secrets", "-n", "default"],
+        &["create", "events", "-n", "default"],
+        &["update", "leases", "-n", "kube-node-lease"],
+        &["create", "cloudpodbindings.cloud.aibrix.ai", "-A"],
+        &[
+            "patch",
+            "burstpolicies.cloud.aibrix.ai",
+            "--subresource=status",
+        ],
+    ];
+    for args in allowed {
+        assert!(can(args), "the role should allow {args:?}");
+    }
+    let refused: &[&[&str]] = &[
+        &["list", "secrets", "-A"],
+        &["watch", "secrets", "-A"],
+        &["create", "pods", "-A"],
+        &["update", "pods", "-A"],
+        &["delete", "nodes"],
+        &["create", "customresourcedefinitions.apiextensions.k8s.io"],
+        &["create", "burstpolicies.cloud.aibrix.ai"],
+        &["delete", "burstpolicies.cloud.aibrix.ai"],
+        &["create", "clusterroles.rbac.authorization.k8s.io"],
+        &["create", "deployments.apps", "-A"],
+        &["create", "serviceaccounts/token", "-A"],
+    ];
+    for args in refused {
+        assert!(
+            !can(args),
+            "the role is broader than listed: it allows {args:?}"
+        );
+    }
+}
