@@ -81,7 +81,8 @@ impl CostLedger {
             .values()
             .filter(|e| e.running_since.is_some())
             .map(|e| e.usd_per_hour)
-            .sum()
+            // Not `sum()`: an empty float sum is -0.0, which dashboards print as "-0".
+            .fold(0.0, |total, rate| total + rate)
     }
 
     /// A binding's accrued cost at `now`, if the ledger knows it.
@@ -107,5 +108,16 @@ impl CostLedger {
                 accrued_usd: e.accrued_until(now),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_ledger_burns_positive_zero() {
+        let burn = CostLedger::new().burn_rate_usd_per_hour();
+        assert!(burn == 0.0 && burn.is_sign_positive(), "{burn:?}");
     }
 }

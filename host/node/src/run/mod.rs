@@ -287,6 +287,6 @@ async fn gauges(client: Client, node: String, renter: Renter, metrics: Arc<Metri
                     .filter_map(|p| p.status.as_ref()?.phase.clone()),
             );
         }
-        tokio::time::sleep(Duration::from_secs(15)).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
     }
 }
