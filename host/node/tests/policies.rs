@@ -346,3 +346,23 @@ async fn a_looping_guest_falls_back_to_the_default_ranking_with_ignore_and_fails
         "the plan fails with the policy"
     );
 }
+
+#[tokio::test]
+async fn a_wasm_pricing_policy_replaces_the_default_pricing_only() {
+    let (ctx, registry) = start("pol-price").await;
+    let bp = create(&ctx, "price", json!({"wasm": {"path": guest("pricing-c")}})).await;
+    assert!(status_of(&ctx, &bp).await.loaded);
+    let r = resolved(&registry, &bp.name_any()).await;
+    let o = offer("a", 2.0, 1.0, true);
+    let decision = r.planner.pricing.decide(&workload(), &o, &[]).unwrap();
+    // The guest caps at 120% of the price without a workload maximum; the default at 100%.
+    let cap = match decision {
+        neocloud_core::PriceDecision::Accept {
+            max_price_per_hour,
+            bid_per_hour: None,
+        } => max_price_per_hour,
+        other => panic!("{other:?}"),
+    };
+    assert!((cap - 2.4).abs() < 1e-9, "{cap}");
+    assert_eq!(scores(&r).unwrap(), cheapest_first(), "no placement role");
+}
