@@ -8,6 +8,7 @@
 pub mod crd;
 pub mod metrics;
 pub mod naming;
+pub mod policies;
 pub mod policy_cli;
 pub mod provider_cli;
 pub mod reconcile;

@@ -16,14 +16,16 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use neocloud_policy::wasm::bindings::{
-    Annotation, CapacityType, GpuModel, Offer, PlacementDecision, PlacementInput, PriceDecision,
-    PricingInput, Provider, Workload,
+    Annotation, CapacityType, Offer, PlacementDecision, PlacementInput, PriceDecision,
+    PricingInput, Workload,
 };
 use neocloud_policy::wasm::{
     Capabilities, EngineConfig, Evaluation, PolicySettings, PolicySource, Role, Verdict,
     WasmEngine, WasmPolicy,
 };
 use serde::Deserialize;
+
+use crate::policies::wit::{RegionTable, gpu_model_named, provider_named};
 use serde_json::{Value, json};
 
 /// `neocloud-node policy <command>`.
@@ -266,21 +268,14 @@ fn yes() -> bool {
 }
 
 fn placement_input(w: &WorkloadJson, offers: &[OfferJson]) -> anyhow::Result<PlacementInput> {
-    let mut regions: Vec<String> = Vec::new();
-    let mut region_index = |name: &str| match regions.iter().position(|r| r == name) {
-        Some(i) => i as u32,
-        None => {
-            regions.push(name.to_owned());
-            (regions.len() - 1) as u32
-        }
-    };
+    let mut regions = RegionTable::default();
     let offers = offers
         .iter()
-        .map(|o| offer(o, region_index(&o.region)))
+        .map(|o| offer(o, regions.index(&o.region)))
         .collect();
     Ok(PlacementInput {
         workload: workload(w)?,
-        regions,
+        regions: regions.into_names(),
         offers,
     })
 }
@@ -294,7 +289,7 @@ fn workload(w: &WorkloadJson) -> anyhow::Result<Workload> {
     };
     Ok(Workload {
         gpu_count: w.gpu_count,
-        gpu_models: w.gpu_models.iter().map(|m| gpu_model(m)).collect(),
+        gpu_models: w.gpu_models.iter().map(|m| gpu_model_named(m)).collect(),
         max_price_per_hour: w.max_price_per_hour,
         capacity_type,
         regions: w.regions.clone(),
@@ -312,8 +307,8 @@ fn workload(w: &WorkloadJson) -> anyhow::Result<Workload> {
 
 fn offer(o: &OfferJson, region: u32) -> Offer {
     Offer {
-        provider: provider(&o.provider),
-        gpu_model: gpu_model(&o.gpu_model),
+        provider: provider_named(&o.provider),
+        gpu_model: gpu_model_named(&o.gpu_model),
         gpu_count: o.gpu_count,
         gpu_memory_gib: o.gpu_memory_gib,
         price_per_hour: o.price_per_hour,
@@ -322,34 +317,5 @@ fn offer(o: &OfferJson, region: u32) -> Offer {
         reliability: o.reliability,
         verified: o.verified,
         disk_gib: o.disk_gib,
-    }
-}
-
-fn provider(name: &str) -> Provider {
-    match name.to_ascii_lowercase().as_str() {
-        "runpod" => Provider::Runpod,
-        "lambda" => Provider::Lambda,
-        "vast" => Provider::Vast,
-        "kube" => Provider::Kube,
-        "fake" => Provider::Fake,
-        _ => Provider::Other,
-    }
-}
-
-fn gpu_model(name: &str) -> GpuModel {
-    match name.to_ascii_uppercase().replace(['_', ' '], "-").as_str() {
-        "B200" => GpuModel::B200,
-        "H200" => GpuModel::H200,
-        "H100" => GpuModel::H100,
-        "A100-80GB" => GpuModel::A10080gb,
-        "A100-40GB" => GpuModel::A10040gb,
-        "L40S" => GpuModel::L40s,
-        "L40" => GpuModel::L40,
-        "L4" => GpuModel::L4,
-        "A10" => GpuModel::A10,
-        "A6000" => GpuModel::A6000,
-        "RTX-4090" => GpuModel::Rtx4090,
-        "RTX-3090" => GpuModel::Rtx3090,
-        _ => GpuModel::Other,
     }
 }

@@ -1,0 +1,249 @@
+//! Loading one `BurstPolicy`: CEL rules compiled by the CEL engine, or a Wasm component read
+//! from a file, a ConfigMap key or a URL pinned by sha256 and prepared by the Wasm engine. The
+//! result is a [`LoadedPolicy`] or every error found, each naming the field it comes from.
+//!
+//! Not for writing status (see [`super::status`]) or deciding anything with the policy.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, ResourceExt};
+use neocloud_policy::cel::{CelEngine, CelError, CompiledConstraint, CompiledRank, Position};
+use neocloud_policy::wasm::{
+    Capabilities, FailurePolicy as WasmFailure, Mode, PolicySettings, PolicySource, WasmEngine,
+    WasmPolicy, sha256_hex,
+};
+
+use crate::crd::{
+    BurstPolicy, CelRules, ConfigMapKeyRef, FailurePolicy, PolicyError, PolicyMode, WasmSource,
+};
+
+/// What a loaded policy decides with.
+#[derive(Debug, Clone)]
+pub(crate) enum Body {
+    /// CEL rules; at least one is set.
+    Cel {
+        constraint: Option<Arc<CompiledConstraint>>,
+        rank: Option<Arc<CompiledRank>>,
+    },
+    /// A prepared Wasm component.
+    Wasm(WasmPolicy),
+}
+
+/// A policy ready to serve.
+#[derive(Debug, Clone)]
+pub(crate) struct LoadedPolicy {
+    pub digest: String,
+    pub failure: FailurePolicy,
+    pub mode: PolicyMode,
+    pub body: Body,
+}
+
+impl LoadedPolicy {
+    /// "CEL" or "Wasm (placement, pricing)", for the Loaded condition's message.
+    pub fn describe(&self) -> String {
+        match &self.body {
+            Body::Cel { .. } => "CEL rules".to_owned(),
+            Body::Wasm(p) => {
+                let roles: Vec<String> = p.info().roles.iter().map(|r| r.to_string()).collect();
+                format!("Wasm component ({})", roles.join(", "))
+            }
+        }
+    }
+}
+
+/// Loads `bp`. Blocking work (compiling, reading files, fetching URLs) runs off the async
+/// worker threads.
+pub(crate) async fn load(
+    client: &kube::Client,
+    cel: &Arc<CelEngine>,
+    wasm: &WasmEngine,
+    bp: &BurstPolicy,
+) -> Result<LoadedPolicy, Vec<PolicyError>> {
+    let spec = &bp.spec;
+    let (digest, body) = match (&spec.cel, &spec.wasm) {
+        (Some(rules), None) => {
+            let (cel, rules) = (Arc::clone(cel), rules.clone());
+            blocking(move || load_cel(&cel, &rules)).await?
+        }
+        (None, Some(source)) => {
+            let source = wasm_source(client, source).await?;
+            let (engine, settings) = (wasm.clone(), settings(bp));
+            blocking(move || load_wasm(&engine, &source, settings)).await?
+        }
+        _ => {
+            return Err(vec![error(
+                "spec",
+                "exactly one of spec.wasm and spec.cel must be set",
+            )]);
+        }
+    };
+    Ok(LoadedPolicy {
+        digest,
+        failure: spec.failure_policy,
+        mode: spec.mode,
+        body,
+    })
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Vec<PolicyError>> + Send + 'static,
+) -> Result<T, Vec<PolicyError>> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| vec![error("spec", format!("the loader thread failed: {e}"))])?
+}
+
+fn error(field: &str, message: impl Into<String>) -> PolicyError {
+    PolicyError {
+        field: field.to_owned(),
+        message: message.into(),
+        line: None,
+        column: None,
+    }
+}
+
+/// The digest of CEL rules: sha256 of `spec.cel` as JSON (`{"constraints":..,"rank":..}`).
+pub(crate) fn cel_digest(rules: &CelRules) -> String {
+    let text = serde_json::to_string(rules).unwrap_or_default();
+    format!("sha256:{}", sha256_hex(text.as_bytes()))
+}
+
+fn load_cel(cel: &CelEngine, rules: &CelRules) -> Result<(String, Body), Vec<PolicyError>> {
+    if rules.constraints.is_none() && rules.rank.is_none() {
+        return Err(vec![error(
+            "spec.cel",
+            "CEL rules set neither constraints nor rank",
+        )]);
+    }
+    let mut errors = Vec::new();
+    let constraint = rules.constraints.as_deref().and_then(|src| {
+        cel.compile_constraint(src)
+            .map_err(|e| errors.push(cel_error("spec.cel.constraints", &e)))
+            .ok()
+    });
+    let rank = rules.rank.as_deref().and_then(|src| {
+        cel.compile_rank(src)
+            .map_err(|e| errors.push(cel_error("spec.cel.rank", &e)))
+            .ok()
+    });
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok((cel_digest(rules), Body::Cel { constraint, rank }))
+}
+
+/// A CEL compile error with its position, where the error has one.
+pub(crate) fn cel_error(field: &str, e: &CelError) -> PolicyError {
+    let at: Option<Position> = match e {
+        CelError::TooDeeplyNested { at, .. }
+        | CelError::Parse { at, .. }
+        | CelError::UnknownIdentifier { at, .. }
+        | CelError::UnknownField { at, .. }
+        | CelError::WrongResultType { at, .. } => Some(*at),
+        _ => None,
+    };
+    PolicyError {
+        field: field.to_owned(),
+        message: e.to_string(),
+        line: at.map(|p| p.line),
+        column: at.map(|p| p.column),
+    }
+}
+
+/// Settings of a BurstPolicy's component: the default budget, the bounded log, and WASI that
+/// grants nothing (componentize-js and -py guests import it); `failurePolicy` and `mode` as set.
+fn settings(bp: &BurstPolicy) -> PolicySettings {
+    let mut s = PolicySettings::named(bp.name_any());
+    s.capabilities = Capabilities {
+        log: true,
+        deny_all_wasi: true,
+    };
+    s.failure_policy = match bp.spec.failure_policy {
+        FailurePolicy::Fail => WasmFailure::Fail,
+        FailurePolicy::Ignore => WasmFailure::Ignore,
+    };
+    s.mode = match bp.spec.mode {
+        PolicyMode::Enforce => Mode::Enforce,
+        PolicyMode::Audit => Mode::Audit,
+    };
+    s
+}
+
+/// Which field of `spec.wasm` names the source, for errors.
+fn source_field(s: &WasmSource) -> &'static str {
+    if s.path.is_some() {
+        "spec.wasm.path"
+    } else if s.config_map.is_some() {
+        "spec.wasm.configMap"
+    } else {
+        "spec.wasm.url"
+    }
+}
+
+/// The source to load, with the ConfigMap's bytes read now. The field of any error travels
+/// along as the source's first element.
+async fn wasm_source(
+    client: &kube::Client,
+    s: &WasmSource,
+) -> Result<(&'static str, PolicySource), Vec<PolicyError>> {
+    let field = source_field(s);
+    let sha256 = s.sha256.clone();
+    let source = match (&s.path, &s.config_map, &s.url) {
+        (Some(path), None, None) => PolicySource::File {
+            path: path.into(),
+            sha256,
+        },
+        (None, Some(cm), None) => PolicySource::Bytes {
+            name: format!("configmap {}/{} key {}", cm.namespace, cm.name, cm.key),
+            bytes: config_map_bytes(client, cm)
+                .await
+                .map_err(|m| vec![error(field, m)])?,
+            sha256,
+        },
+        (None, None, Some(url)) => PolicySource::Url {
+            url: url.clone(),
+            sha256: sha256.unwrap_or_default(),
+        },
+        _ => {
+            let message = "exactly one of path, configMap and url must be set";
+            return Err(vec![error("spec.wasm", message)]);
+        }
+    };
+    Ok((field, source))
+}
+
+/// The bytes under `key` in the ConfigMap's `binaryData`, else its `data` as UTF-8 text.
+async fn config_map_bytes(client: &kube::Client, r: &ConfigMapKeyRef) -> Result<Vec<u8>, String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &r.namespace);
+    let cm = api
+        .get_opt(&r.name)
+        .await
+        .map_err(|e| format!("failed to read configmap {}/{}: {e}", r.namespace, r.name))?
+        .ok_or_else(|| format!("configmap {}/{} does not exist", r.namespace, r.name))?;
+    if let Some(b) = cm.binary_data.as_ref().and_then(|d| d.get(&r.key)) {
+        return Ok(b.0.clone());
+    }
+    if let Some(text) = cm.data.as_ref().and_then(|d| d.get(&r.key)) {
+        return Ok(text.clone().into_bytes());
+    }
+    Err(format!(
+        "configmap {}/{} has no key {} in binaryData or data",
+        r.namespace, r.name, r.key
+    ))
+}
+
+fn load_wasm(
+    engine: &WasmEngine,
+    source: &(&'static str, PolicySource),
+    settings: PolicySettings,
+) -> Result<(String, Body), Vec<PolicyError>> {
+    let (field, source) = source;
+    let policy = engine
+        .load(source, settings)
+        .map_err(|e| vec![error(field, e.to_string())])?;
+    Ok((
+        format!("sha256:{}", policy.info().digest),
+        Body::Wasm(policy),
+    ))
+}
