@@ -18,9 +18,11 @@ use neocloud_cloudsim::{CloudSim, CloudSimConfig, FaultKind, FaultRule, SimConfi
 use neocloud_node::crd::{self, AttemptOutcome, BindingPhase, CloudPodBinding};
 use neocloud_node::metrics::Metrics;
 use neocloud_node::naming::ClusterId;
+use neocloud_node::policies::PolicyRegistry;
 use neocloud_node::reconcile::{Reconciler, ReconcilerConfig};
 use neocloud_node::vnode::{Health, Heartbeat, NodeConfig};
 use neocloud_policy::cel::{CelEngine, CelLimits};
+use neocloud_policy::wasm::{EngineConfig, WasmEngine};
 use neocloud_providers::{
     ApiKey, LambdaConfig, LambdaProvider, Provider, RunpodConfig, RunpodProvider, VastConfig,
     VastProvider,
@@ -39,6 +41,7 @@ struct World {
     renter: Renter,
     metrics: Arc<Metrics>,
     reconciler: Option<JoinHandle<()>>,
+    policies: Option<JoinHandle<()>>,
     _heartbeat: JoinHandle<()>,
     _health: watch::Sender<Health>,
 }
@@ -88,6 +91,11 @@ async fn node_identity(ctx: &TestContext) -> kube::Client {
 
 impl World {
     async fn new(prefix: &str) -> World {
+        // The node's own log, shown with a failing test's output.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("neocloud_node=debug,neocloud_broker=debug,warn")
+            .with_test_writer()
+            .try_init();
         let ctx = TestContext::new(prefix).await;
         crd::install(&ctx.client, "neocloud-node-tests", Duration::from_secs(30))
             .await
@@ -135,6 +143,7 @@ impl World {
             renter,
             metrics: Arc::new(Metrics::new()),
             reconciler: None,
+            policies: None,
             _heartbeat: heartbeat,
             _health: tx,
         };
@@ -153,20 +162,33 @@ impl World {
             ledger: Arc::new(CostLedger::new()),
             ..self.renter.clone()
         };
+        let cel = Arc::new(CelEngine::new(CelLimits::default()));
+        let registry = PolicyRegistry::new(
+            self.client.clone(),
+            Arc::clone(&cel),
+            WasmEngine::new(EngineConfig::default()).unwrap(),
+            Arc::clone(&self.metrics),
+        );
+        let policies = tokio::spawn(Arc::clone(&registry).run());
         let r = Reconciler::new(
             self.client.clone(),
             cfg,
             Planner::default(),
             renter,
-            Arc::new(CelEngine::new(CelLimits::default())),
+            cel,
             Arc::clone(&self.metrics),
+            Some(registry),
         );
+        self.policies = Some(policies);
         self.reconciler = Some(tokio::spawn(r.run(None)));
     }
 
     /// Kills the reconciler wherever it is.
     async fn kill(&mut self) {
-        if let Some(task) = self.reconciler.take() {
+        for task in [self.reconciler.take(), self.policies.take()]
+            .into_iter()
+            .flatten()
+        {
             task.abort();
             let _ = task.await;
         }
@@ -208,9 +230,11 @@ impl World {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let now = self.pods().get_opt(name).await.unwrap();
+        let binding = self.bindings().get_opt(name).await.unwrap();
         panic!(
-            "timed out waiting for pod {name} to be {what}; it is {:?}",
-            now.and_then(|p| p.status)
+            "timed out waiting for pod {name} to be {what}; it is {:?}\nits binding: {:?}",
+            now.and_then(|p| p.status),
+            binding.and_then(|b| b.status)
         );
     }
 
@@ -581,4 +605,58 @@ async fn a_pod_deleted_while_its_rental_is_in_flight_leaves_nothing_behind() {
         "an instance outlived its deleted pod: {entries:?}"
     );
     assert_eq!(entries.len(), 1, "the slow create did rent: {entries:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_naming_a_burst_policy_is_placed_by_it_and_a_missing_policy_waits() {
+    let world = World::new("rec-policy").await;
+    let policy: neocloud_node::crd::BurstPolicy = serde_json::from_value(json!({
+        "apiVersion": "cloud.aibrix.ai/v1alpha1", "kind": "BurstPolicy",
+        "metadata": {"name": format!("vast-only-{}", world.ctx.namespace)},
+        "spec": {"cel": {"constraints": "offer.provider == \"vast\"",
+            "rank": "double(offer.gpu.memory_gib)"}}
+    }))
+    .unwrap();
+    let name = policy.metadata.name.clone().unwrap();
+    Api::<neocloud_node::crd::BurstPolicy>::all(world.ctx.client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    // Without the policy the cheapest fitting offer would be RunPod's community RTX 4090.
+    world
+        .create_pod(
+            "by-policy",
+            json!({"cloud.aibrix.ai/policy": name, "cloud.aibrix.ai/gpu-type": "RTX 4090",
+                "cloud.aibrix.ai/providers": "runpod,vast"}),
+        )
+        .await;
+    world.wait_pod("by-policy", "Running", running).await;
+    let status = world.binding("by-policy").await.status.unwrap();
+    assert_eq!(status.provider.as_deref(), Some("vast"), "{status:?}");
+    let events = world.events("by-policy").await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "Rented" && m.contains(&format!("under policy {name} (sha256:"))),
+        "{events:?}"
+    );
+
+    world
+        .create_pod(
+            "no-policy",
+            json!({"cloud.aibrix.ai/policy": "does-not-exist"}),
+        )
+        .await;
+    let pod = world
+        .wait_pod("no-policy", "waiting for its policy", |p| {
+            reason(p) == Some("PolicyNotLoaded")
+        })
+        .await;
+    let message = pod.status.unwrap().message.unwrap();
+    assert!(
+        message.contains("BurstPolicy does-not-exist does not exist"),
+        "{message}"
+    );
+    let external = world.binding("no-policy").await.spec.external_name;
+    assert!(world.sims.ledger().named(&external).is_empty());
 }

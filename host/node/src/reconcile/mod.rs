@@ -39,6 +39,7 @@ use neocloud_policy::cel::CelEngine;
 use crate::crd::CloudPodBinding;
 use crate::metrics::Metrics;
 use crate::naming::ClusterId;
+use crate::policies::PolicyRegistry;
 
 pub use attempts::class_reason;
 pub use pod_status::{Container, DesiredPod};
@@ -92,6 +93,7 @@ pub struct Reconciler {
     cel: Arc<CelEngine>,
     events: Recorder,
     metrics: Arc<Metrics>,
+    policies: Option<Arc<PolicyRegistry>>,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -118,7 +120,9 @@ pub enum Error {
 
 impl Reconciler {
     /// A reconciler renting through `renter` with `planner`'s policies; `cel` compiles the
-    /// Pods' constraint and rank expressions; rentals and errors are counted in `metrics`.
+    /// Pods' constraint and rank expressions; `policies` resolves the `BurstPolicy` a Pod names
+    /// (without a registry such a Pod waits with `PolicyNotLoaded`); rentals and errors are
+    /// counted in `metrics`.
     pub fn new(
         client: Client,
         cfg: ReconcilerConfig,
@@ -126,6 +130,7 @@ impl Reconciler {
         renter: Renter,
         cel: Arc<CelEngine>,
         metrics: Arc<Metrics>,
+        policies: Option<Arc<PolicyRegistry>>,
     ) -> Arc<Reconciler> {
         let reporter = Reporter {
             controller: crate::vnode::FIELD_MANAGER.to_owned(),
@@ -140,6 +145,7 @@ impl Reconciler {
             cel,
             events,
             metrics,
+            policies,
         })
     }
 

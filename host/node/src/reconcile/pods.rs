@@ -9,7 +9,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
-use neocloud_broker::{Broker, BrokerError, CelFilter, CelRanker, Placement, Planner};
+use neocloud_broker::{
+    Broker, BrokerError, CelFilter, CelRanker, FallbackPolicy, OfferFilter, Placement, Planner,
+    Renter,
+};
 use neocloud_core::{InstancePhase, InstanceState, ProviderId, WorkloadSpec, translate_pod};
 
 use super::attempts::{attempted_providers, class_reason, ended_over_budget, from_record, rfc3339};
@@ -22,6 +25,7 @@ use crate::crd::{
     WorkloadSummary,
 };
 use crate::metrics::{InstrumentedFilter, InstrumentedRanker, RentalOutcome};
+use crate::policies::PolicyUnavailable;
 use crate::vnode::FIELD_MANAGER;
 
 /// Reconciles one Pod bound to the node.
@@ -100,6 +104,41 @@ impl Reconciler {
             ));
         }
         Ok((w, planner))
+    }
+
+    /// The planner and fallback of the `BurstPolicy` the workload names, if any, with the Pod's
+    /// own expressions on top: its constraint must hold as well as the policy's, and its rank,
+    /// if it has one, replaces the policy's. Also returns ` under policy <name> (<digest>)` for
+    /// events.
+    fn with_policy(
+        &self,
+        w: &WorkloadSpec,
+        pod_planner: Planner,
+    ) -> Result<(Planner, Arc<dyn FallbackPolicy>, String), PolicyUnavailable> {
+        let Some(name) = &w.policy else {
+            return Ok((
+                pod_planner,
+                Arc::clone(&self.renter.fallback),
+                String::new(),
+            ));
+        };
+        let registry = self
+            .policies
+            .as_ref()
+            .ok_or_else(|| PolicyUnavailable::NotLoaded {
+                name: name.clone(),
+                error: "this node runs without a policy registry".to_owned(),
+            })?;
+        let resolved = registry.resolve(name, &self.planner, &self.renter.fallback, w)?;
+        let mut planner = resolved.planner;
+        if w.constraint.is_some() {
+            planner.filter = Arc::new(BothFilters(planner.filter, pod_planner.filter));
+        }
+        if w.rank.is_some() {
+            planner.ranker = pod_planner.ranker;
+        }
+        let note = format!(" under policy {name} ({})", resolved.digest);
+        Ok((planner, resolved.fallback, note))
     }
 
     /// Creates the Pod's binding, or refuses the Pod (status and event) and returns `None`.
@@ -211,8 +250,24 @@ impl Reconciler {
                     .await;
             }
         };
-        self.set_pod(pod, &DesiredPod::pending("Planning", "choosing an offer"))
-            .await?;
+        let (planner, fallback, policy) = match self.with_policy(&w, planner) {
+            Ok(resolved) => resolved,
+            Err(e) => {
+                return self.wait(pod, &b, status, e.reason(), e.to_string()).await;
+            }
+        };
+        // Only a Pod with no reason yet says Planning: a Pod waiting (NoOffer, OverBudget...)
+        // keeps its reason while it is planned again, so the status written after this plan is
+        // compared with what the Pod really says.
+        if pod
+            .status
+            .as_ref()
+            .and_then(|s| s.reason.as_ref())
+            .is_none()
+        {
+            self.set_pod(pod, &DesiredPod::pending("Planning", "choosing an offer"))
+                .await?;
+        }
         let history: Vec<_> = status
             .attempts
             .iter()
@@ -221,7 +276,10 @@ impl Reconciler {
         let key = binding_key(&b);
         let broker = Broker {
             planner,
-            renter: self.renter.clone(),
+            renter: Renter {
+                fallback,
+                ..self.renter.clone()
+            },
         };
         let placement = Placement {
             binding: &key,
@@ -248,7 +306,7 @@ impl Reconciler {
                 self.metrics
                     .record_rental(rental.instance.provider, outcome);
                 let note = format!(
-                    "{} {}: {}",
+                    "{} {}{policy}: {}",
                     if rental.adopted { "adopted" } else { "rented" },
                     describe(&rental.instance),
                     plan.explanation
@@ -505,6 +563,21 @@ impl Reconciler {
         };
         ignore_gone(pods.delete(&pod.name_any(), &dp).await)?;
         Ok(Action::await_change())
+    }
+}
+
+/// Two constraints that must both hold (a policy's and the Pod's own).
+#[derive(Debug)]
+struct BothFilters(Arc<dyn OfferFilter>, Arc<dyn OfferFilter>);
+
+impl OfferFilter for BothFilters {
+    fn accepts(
+        &self,
+        w: &WorkloadSpec,
+        o: &neocloud_core::Offer,
+        attempts: &[neocloud_core::Attempt],
+    ) -> Result<bool, neocloud_broker::PolicyError> {
+        Ok(self.0.accepts(w, o, attempts)? && self.1.accepts(w, o, attempts)?)
     }
 }
 

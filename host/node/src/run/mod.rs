@@ -20,6 +20,7 @@ use neocloud_broker::{
 };
 use neocloud_core::{CapacityType, InstancePhase, OfferQuery, ProviderId};
 use neocloud_policy::cel::{CelEngine, CelLimits};
+use neocloud_policy::wasm::{EngineConfig, WasmEngine};
 use neocloud_providers::{LambdaProvider, Provider, RunpodProvider, VastConfig, VastProvider};
 use tokio::sync::{oneshot, watch};
 
@@ -28,6 +29,7 @@ pub use config::{LeaderElection, ReconcilerSettings, RunConfig};
 
 use crate::crd::CloudPodBinding;
 use crate::metrics::{self, Metrics};
+use crate::policies::PolicyRegistry;
 use crate::reconcile::{NODE_LABEL, Reconciler, ReconcilerConfig};
 use crate::sweeper::Sweeper;
 use crate::vnode::{Health, Heartbeat};
@@ -115,13 +117,20 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     rc.concurrency = cfg.reconciler.concurrency;
     rc.poll_interval = cfg.poll_interval();
     rc.retry_interval = cfg.retry_interval();
+    let cel = Arc::new(CelEngine::new(CelLimits::default()));
+    let wasm = WasmEngine::new(EngineConfig::default())
+        .map_err(|e| anyhow::anyhow!("failed to start the Wasm policy engine: {e}"))?;
+    let registry =
+        PolicyRegistry::new(client.clone(), Arc::clone(&cel), wasm, Arc::clone(&metrics));
+    let policies = tokio::spawn(Arc::clone(&registry).run());
     let reconciler = Reconciler::new(
         client.clone(),
         rc,
         Planner::default(),
         renter.clone(),
-        Arc::new(CelEngine::new(CelLimits::default())),
+        cel,
         Arc::clone(&metrics),
+        Some(registry),
     );
     let (synced_tx, synced_rx) = oneshot::channel();
     let reconcile = tokio::spawn(reconciler.run(Some(synced_tx)));
@@ -150,7 +159,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
             Ok(())
         }
     };
-    for task in [reconcile, sweep, gauges, beats, health] {
+    for task in [reconcile, sweep, gauges, beats, health, policies] {
         task.abort();
     }
     outcome
