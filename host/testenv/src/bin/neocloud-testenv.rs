@@ -40,8 +40,7 @@ async fn main() -> ExitCode {
         cp.stop();
         return ExitCode::FAILURE;
     }
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-    {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("neocloud-testenv: cannot watch SIGTERM: {e}");
