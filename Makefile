@@ -2,6 +2,8 @@
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
+IMAGE ?= ghcr.io/aibrix/neocloud-node
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: help verify fmt fmt-check clippy test test-unit test-integration testenv bench \
         policies manifests run-local docker-build
@@ -46,5 +48,6 @@ manifests: testenv ## regenerate config/crd from the Rust types and deploy/neocl
 run-local: ## control plane, cloud simulators and the node on this machine, with the samples and a live summary
 	bash hack/run-local.sh
 
-docker-build: ## build the container image ghcr.io/aibrix/neocloud-node
-	@echo "make docker-build: not built yet: the Dockerfile lands with the install issue" >&2; exit 1
+docker-build: ## build the container image ghcr.io/aibrix/neocloud-node:$(VERSION) (needs docker)
+	@command -v docker >/dev/null || { echo "make docker-build: docker is not installed on this machine" >&2; exit 1; }
+	docker build -t $(IMAGE):$(VERSION) .
