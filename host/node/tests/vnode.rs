@@ -113,6 +113,11 @@ async fn the_node_registers_as_itself_and_takes_gpu_pods_within_its_capacity() {
     pods.create(&PostParams::default(), &gpu_pod("too-big", &name, 8))
         .await
         .unwrap();
+    let mut intolerant = gpu_pod("intolerant", &name, 1);
+    intolerant.spec.as_mut().unwrap().tolerations = None;
+    pods.create(&PostParams::default(), &intolerant)
+        .await
+        .unwrap();
     let bound = eventually("the fitting pod to be bound", || async {
         pods.get("fits").await.ok()?.spec?.node_name
     })
@@ -131,6 +136,18 @@ async fn the_node_registers_as_itself_and_takes_gpu_pods_within_its_capacity() {
     })
     .await;
     assert!(msg.contains("Insufficient nvidia.com/gpu"), "{msg}");
+    let lp = ListParams::default().fields("involvedObject.name=intolerant");
+    let msg = eventually("FailedScheduling for the untolerated taint", || async {
+        let list = events.list(&lp).await.ok()?.items;
+        list.into_iter()
+            .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
+            .filter_map(|e| e.message)
+            .find(|m| m.contains("untolerated taint"))
+    })
+    .await;
+    assert!(msg.contains("had untolerated taint"), "{msg}");
+    let intolerant = pods.get("intolerant").await.unwrap();
+    assert_eq!(intolerant.spec.unwrap().node_name, None);
     beating.abort();
     Api::<Node>::all(ctx.client.clone())
         .delete(&name, &DeleteParams::default())
