@@ -19,6 +19,7 @@
 mod attempts;
 mod bindings;
 mod env;
+mod placing;
 mod pod_status;
 mod pods;
 mod recorder;

@@ -2,30 +2,26 @@
 //! mirrored status, and back to nothing on deletion. See the module documentation of
 //! [`super`] for the flow.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
-use neocloud_broker::{
-    Broker, BrokerError, CelFilter, CelRanker, FallbackPolicy, OfferFilter, Placement, Planner,
-    Renter,
-};
+use neocloud_broker::{CelFilter, CelRanker, Planner};
 use neocloud_core::{InstancePhase, InstanceState, ProviderId, WorkloadSpec, translate_pod};
 
-use super::attempts::{attempted_providers, class_reason, ended_over_budget, from_record, rfc3339};
+use super::attempts::rfc3339;
 use super::pod_status::{DesiredPod, apply_body, is_current};
-use super::recorder::{BindingRecorder, write_status};
+use super::recorder::write_status;
 use super::release::{Ending, Release, binding_key};
-use super::{Error, FINALIZER, NODE_LABEL, Reconciler, env};
+use super::{Error, FINALIZER, NODE_LABEL, Reconciler};
 use crate::crd::{
     BindingPhase, CloudPodBinding, CloudPodBindingSpec, CloudPodBindingStatus, PolicyRef,
     WorkloadSummary,
 };
-use crate::metrics::{InstrumentedFilter, InstrumentedRanker, RentalOutcome};
-use crate::policies::PolicyUnavailable;
+use crate::metrics::{InstrumentedFilter, InstrumentedRanker};
 use crate::vnode::FIELD_MANAGER;
 
 /// Reconciles one Pod bound to the node.
@@ -61,7 +57,7 @@ fn is_terminal(pod: &Pod) -> bool {
 
 impl Reconciler {
     /// Writes the Pod's status when it says something else.
-    async fn set_pod(&self, pod: &Pod, want: &DesiredPod) -> Result<bool, Error> {
+    pub(super) async fn set_pod(&self, pod: &Pod, want: &DesiredPod) -> Result<bool, Error> {
         if is_current(pod, want) {
             return Ok(false);
         }
@@ -78,7 +74,7 @@ impl Reconciler {
     }
 
     /// The workload and its planner, or the reason the Pod cannot run (naming the field).
-    fn workload(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
+    pub(super) fn workload(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
         let w = translate_pod(pod).map_err(|e| e.to_string())?;
         let mut planner = self.planner.clone();
         if let Some(src) = &w.constraint {
@@ -104,41 +100,6 @@ impl Reconciler {
             ));
         }
         Ok((w, planner))
-    }
-
-    /// The planner and fallback of the `BurstPolicy` the workload names, if any, with the Pod's
-    /// own expressions on top: its constraint must hold as well as the policy's, and its rank,
-    /// if it has one, replaces the policy's. Also returns ` under policy <name> (<digest>)` for
-    /// events.
-    fn with_policy(
-        &self,
-        w: &WorkloadSpec,
-        pod_planner: Planner,
-    ) -> Result<(Planner, Arc<dyn FallbackPolicy>, String), PolicyUnavailable> {
-        let Some(name) = &w.policy else {
-            return Ok((
-                pod_planner,
-                Arc::clone(&self.renter.fallback),
-                String::new(),
-            ));
-        };
-        let registry = self
-            .policies
-            .as_ref()
-            .ok_or_else(|| PolicyUnavailable::NotLoaded {
-                name: name.clone(),
-                error: "this node runs without a policy registry".to_owned(),
-            })?;
-        let resolved = registry.resolve(name, &self.planner, &self.renter.fallback, w)?;
-        let mut planner = resolved.planner;
-        if w.constraint.is_some() {
-            planner.filter = Arc::new(BothFilters(planner.filter, pod_planner.filter));
-        }
-        if w.rank.is_some() {
-            planner.ranker = pod_planner.ranker;
-        }
-        let note = format!(" under policy {name} ({})", resolved.digest);
-        Ok((planner, resolved.fallback, note))
     }
 
     /// Creates the Pod's binding, or refuses the Pod (status and event) and returns `None`.
@@ -228,193 +189,6 @@ impl Reconciler {
         }
     }
 
-    /// Plans and rents (after looking for an instance an earlier run may have rented).
-    async fn place(
-        &self,
-        pod: &Pod,
-        b: CloudPodBinding,
-        status: CloudPodBindingStatus,
-    ) -> Result<Action, Error> {
-        if let Some(found) = self.find_rented(&b, &status).await? {
-            return self.adopt(pod, &b, status, found).await;
-        }
-        let (w, planner) = match self.workload(pod) {
-            Ok(ok) => ok,
-            Err(why) => return self.fail(pod, &b, "Unsupported", why).await,
-        };
-        let env = match env::resolve(&self.client, &pod.namespace().unwrap_or_default(), &w).await {
-            Ok(env) => env,
-            Err(e) => {
-                return self
-                    .wait(pod, &b, status, "CreateContainerConfigError", e.to_string())
-                    .await;
-            }
-        };
-        let (planner, fallback, policy) = match self.with_policy(&w, planner) {
-            Ok(resolved) => resolved,
-            Err(e) => {
-                return self.wait(pod, &b, status, e.reason(), e.to_string()).await;
-            }
-        };
-        // Only a Pod with no reason yet says Planning: a Pod waiting (NoOffer, OverBudget...)
-        // keeps its reason while it is planned again, so the status written after this plan is
-        // compared with what the Pod really says.
-        if pod
-            .status
-            .as_ref()
-            .and_then(|s| s.reason.as_ref())
-            .is_none()
-        {
-            self.set_pod(pod, &DesiredPod::pending("Planning", "choosing an offer"))
-                .await?;
-        }
-        let history: Vec<_> = status
-            .attempts
-            .iter()
-            .filter_map(|a| from_record(a, None))
-            .collect();
-        let key = binding_key(&b);
-        let broker = Broker {
-            planner,
-            renter: Renter {
-                fallback,
-                ..self.renter.clone()
-            },
-        };
-        let placement = Placement {
-            binding: &key,
-            external_name: &b.spec.external_name,
-            workload: &w,
-            env: &env,
-            history: &history,
-        };
-        let recorder = BindingRecorder {
-            r: self,
-            pod,
-            binding: &b,
-            status: Mutex::new(status),
-        };
-        let result = broker.place(&placement, &recorder).await;
-        let status = recorder.status();
-        match result {
-            Ok((rental, plan)) => {
-                let outcome = if rental.adopted {
-                    RentalOutcome::Adopted
-                } else {
-                    RentalOutcome::Created
-                };
-                self.metrics
-                    .record_rental(rental.instance.provider, outcome);
-                let note = format!(
-                    "{} {}{policy}: {}",
-                    if rental.adopted { "adopted" } else { "rented" },
-                    describe(&rental.instance),
-                    plan.explanation
-                );
-                self.event(pod, false, "Rented", note).await;
-                self.provisioning(pod, &b, status, &rental.instance).await
-            }
-            Err(BrokerError::NoCandidates { explanation }) => {
-                self.wait(pod, &b, status, "NoOffer", explanation).await
-            }
-            Err(BrokerError::GaveUp {
-                reason, attempts, ..
-            }) if ended_over_budget(&attempts) => {
-                self.wait(pod, &b, status, "OverBudget", reason).await
-            }
-            Err(BrokerError::GaveUp {
-                reason, attempts, ..
-            }) => {
-                let why = attempts
-                    .last()
-                    .and_then(|a| a.failure())
-                    .map(class_reason)
-                    .unwrap_or_else(|| "GaveUp".to_owned());
-                let message = format!("gave up after {} attempts: {reason}", attempts.len());
-                self.fail(pod, &b, &why, message).await
-            }
-            Err(BrokerError::Policy(e)) => {
-                self.wait(pod, &b, status, "PolicyError", e.to_string())
-                    .await
-            }
-            Err(BrokerError::Record { message, .. }) => {
-                // The Pod is going away (or the API server refused a write): look again.
-                tracing::info!(pod = %key, %message, "renting stopped");
-                Ok(Action::requeue(self.cfg.release_poll))
-            }
-            Err(BrokerError::Provider(e)) => Err(e.into()),
-        }
-    }
-
-    /// A live instance under the binding's external name on a provider it attempted.
-    async fn find_rented(
-        &self,
-        b: &CloudPodBinding,
-        status: &CloudPodBindingStatus,
-    ) -> Result<Option<InstanceState>, Error> {
-        for id in attempted_providers(&status.attempts) {
-            if let Some(provider) = self.renter.catalog.provider(id)
-                && let Some(found) = provider.find_by_name(&b.spec.external_name).await?
-                && !found.phase.is_terminal()
-            {
-                return Ok(Some(found));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Takes over an instance found by name (rented before a crash).
-    async fn adopt(
-        &self,
-        pod: &Pod,
-        b: &CloudPodBinding,
-        status: CloudPodBindingStatus,
-        found: InstanceState,
-    ) -> Result<Action, Error> {
-        let key = binding_key(b);
-        self.renter
-            .budget
-            .record_existing(&key, found.price_per_hour);
-        self.renter
-            .ledger
-            .start(&key, found.price_per_hour, Utc::now());
-        self.metrics
-            .record_rental(found.provider, RentalOutcome::Adopted);
-        self.event(
-            pod,
-            false,
-            "Adopted",
-            format!("found {} by its name", describe(&found)),
-        )
-        .await;
-        self.provisioning(pod, b, status, &found).await
-    }
-
-    /// Records a rented instance in the binding and the Pod.
-    async fn provisioning(
-        &self,
-        pod: &Pod,
-        b: &CloudPodBinding,
-        mut status: CloudPodBindingStatus,
-        i: &InstanceState,
-    ) -> Result<Action, Error> {
-        status.phase = BindingPhase::Provisioning;
-        status.reason = Some("Provisioning".into());
-        status.message = Some(format!("{} is {}", describe(i), i.provider_status));
-        status.provider = Some(i.provider.as_str().to_owned());
-        status.instance_id = Some(i.id.clone());
-        status.gpu = Some(format!("{}x {}", i.gpu_count, i.gpu.name()));
-        status.price_per_hour = Some(i.price_per_hour);
-        if let Some(a) = status.attempts.last() {
-            status.offer_id = Some(a.offer_id.clone());
-        }
-        write_status(&self.client, b, &status).await?;
-        let message = format!("waiting for {}", describe(i));
-        self.set_pod(pod, &DesiredPod::pending("Provisioning", message))
-            .await?;
-        Ok(Action::requeue(self.cfg.poll_interval))
-    }
-
     /// Mirrors the rented instance into the binding and the Pod.
     async fn mirror(
         &self,
@@ -478,7 +252,7 @@ impl Reconciler {
     }
 
     /// Ends the binding as Failed: releases whatever it rented, then fails the Pod.
-    async fn fail(
+    pub(super) async fn fail(
         &self,
         pod: &Pod,
         b: &CloudPodBinding,
@@ -503,7 +277,7 @@ impl Reconciler {
     }
 
     /// Leaves the Pod Pending for `reason` and plans again after the retry interval.
-    async fn wait(
+    pub(super) async fn wait(
         &self,
         pod: &Pod,
         b: &CloudPodBinding,
@@ -566,21 +340,6 @@ impl Reconciler {
     }
 }
 
-/// Two constraints that must both hold (a policy's and the Pod's own).
-#[derive(Debug)]
-struct BothFilters(Arc<dyn OfferFilter>, Arc<dyn OfferFilter>);
-
-impl OfferFilter for BothFilters {
-    fn accepts(
-        &self,
-        w: &WorkloadSpec,
-        o: &neocloud_core::Offer,
-        attempts: &[neocloud_core::Attempt],
-    ) -> Result<bool, neocloud_broker::PolicyError> {
-        Ok(self.0.accepts(w, o, attempts)? && self.1.accepts(w, o, attempts)?)
-    }
-}
-
 /// A 404 (already gone) or 409 (another object now has the name) is success for a delete.
 fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), Error> {
     match r {
@@ -591,7 +350,7 @@ fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), Error> {
 }
 
 /// `runpod instance abc (1x A40, $0.4400/h, region)`.
-fn describe(i: &InstanceState) -> String {
+pub(super) fn describe(i: &InstanceState) -> String {
     format!(
         "{} instance {} ({}x {}, ${:.4}/h, {})",
         i.provider,
