@@ -203,11 +203,20 @@ impl World {
     }
 
     async fn create_pod(&self, name: &str, annotations: serde_json::Value) -> Pod {
+        self.create_pod_restarting(name, annotations, "Never").await
+    }
+
+    async fn create_pod_restarting(
+        &self,
+        name: &str,
+        annotations: serde_json::Value,
+        restart_policy: &str,
+    ) -> Pod {
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": name, "annotations": annotations},
             "spec": {
                 "nodeName": self.node,
-                "restartPolicy": "Never",
+                "restartPolicy": restart_policy,
                 "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
                 "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
@@ -659,4 +668,79 @@ async fn a_pod_naming_a_burst_policy_is_placed_by_it_and_a_missing_policy_waits(
     );
     let external = world.binding("no-policy").await.spec.external_name;
     assert!(world.sims.ledger().named(&external).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_preempted_instance_is_replaced_unless_the_pod_never_restarts() {
+    let world = World::new("rec-replace").await;
+    let on_runpod = json!({"cloud.aibrix.ai/providers": "runpod"});
+    world
+        .create_pod_restarting("always", on_runpod.clone(), "Always")
+        .await;
+    world.create_pod("never", on_runpod).await;
+    for name in ["always", "never"] {
+        world.wait_pod(name, "Running", running).await;
+    }
+    let first = world
+        .binding("always")
+        .await
+        .status
+        .unwrap()
+        .instance_id
+        .unwrap();
+    let never = world
+        .binding("never")
+        .await
+        .status
+        .unwrap()
+        .instance_id
+        .unwrap();
+    assert!(world.sims.runpod.preempt(&first));
+    assert!(world.sims.runpod.preempt(&never));
+
+    let pod = world
+        .wait_pod("never", "Failed", |p| phase(p) == Some("Failed"))
+        .await;
+    assert_eq!(reason(&pod), Some("InstanceStopped"));
+    let replaced = world
+        .wait_pod("always", "Running on a new instance", running)
+        .await;
+    assert!(running(&replaced));
+    let mut status = world.binding("always").await.status.unwrap();
+    for _ in 0..100 {
+        if status.instance_id.as_deref().is_some_and(|i| i != first)
+            && status.phase == BindingPhase::Running
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = world.binding("always").await.status.unwrap();
+    }
+    let second = status.instance_id.clone().unwrap();
+    assert_ne!(second, first, "{status:?}");
+    let outcomes: Vec<(AttemptOutcome, Option<&str>)> = status
+        .attempts
+        .iter()
+        .map(|a| (a.outcome, a.failure_class.as_deref()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (AttemptOutcome::Failed, Some("preempted")),
+            (AttemptOutcome::Created, None)
+        ]
+    );
+    let events = world.events("always").await;
+    assert!(events.iter().any(|(r, _)| r == "Replacing"), "{events:?}");
+    let ledger = world.sims.ledger();
+    let live: Vec<&str> = ledger
+        .live()
+        .iter()
+        .map(|e| e.instance_id.as_str())
+        .collect();
+    assert_eq!(
+        live,
+        vec![second.as_str()],
+        "old or never-restarting instances still billed"
+    );
 }

@@ -3,6 +3,7 @@
 //! [`super`] for the flow.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Pod;
@@ -10,7 +11,9 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use neocloud_broker::{CelFilter, CelRanker, Planner};
-use neocloud_core::{InstancePhase, InstanceState, ProviderId, WorkloadSpec, translate_pod};
+use neocloud_core::{
+    FailureClass, InstancePhase, InstanceState, ProviderId, WorkloadSpec, translate_pod,
+};
 
 use super::attempts::rfc3339;
 use super::pod_status::{DesiredPod, apply_body, is_current};
@@ -18,11 +21,15 @@ use super::recorder::write_status;
 use super::release::{Ending, Release, binding_key};
 use super::{Error, FINALIZER, NODE_LABEL, Reconciler};
 use crate::crd::{
-    BindingPhase, CloudPodBinding, CloudPodBindingSpec, CloudPodBindingStatus, PolicyRef,
-    WorkloadSummary,
+    AttemptOutcome, BindingPhase, CloudPodBinding, CloudPodBindingSpec, CloudPodBindingStatus,
+    PolicyRef, WorkloadSummary,
 };
 use crate::metrics::{InstrumentedFilter, InstrumentedRanker};
 use crate::vnode::FIELD_MANAGER;
+
+/// How many times a Pod's instance is replaced after it stopped, failed or was lost by the
+/// provider, before the Pod fails.
+pub const MAX_REPLACEMENTS: usize = 5;
 
 /// Reconciles one Pod bound to the node.
 pub(super) async fn reconcile(pod: Arc<Pod>, r: Arc<Reconciler>) -> Result<Action, Error> {
@@ -247,8 +254,66 @@ impl Reconciler {
                 format!("{provider_id:?} no longer knows instance {instance_id}"),
             ),
         };
+        let restart = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never");
+        let replaced = status
+            .attempts
+            .iter()
+            .filter(|a| matches!(a.failure_class.as_deref(), Some("preempted" | "lost")))
+            .count();
+        if restart && replaced < MAX_REPLACEMENTS {
+            let class = if reason == "InstanceStopped" {
+                FailureClass::Preempted
+            } else {
+                FailureClass::Lost
+            };
+            return self.replace(pod, &b, status, class, message).await;
+        }
         self.event(pod, true, reason, message.clone()).await;
         self.fail(pod, &b, reason, message).await
+    }
+
+    /// The instance ended by itself and the Pod's restartPolicy asks for it to run again: the
+    /// old instance is deleted and confirmed gone, the attempt that rented it records how it
+    /// ended (so the fallback policy and CEL `attempts` see it), and the Pod is placed again.
+    async fn replace(
+        &self,
+        pod: &Pod,
+        b: &CloudPodBinding,
+        mut status: CloudPodBindingStatus,
+        class: FailureClass,
+        message: String,
+    ) -> Result<Action, Error> {
+        if !self.delete_instances(b).await?.is_empty() {
+            return Ok(Action::requeue(self.cfg.release_poll));
+        }
+        let key = binding_key(b);
+        self.renter.budget.release(&key);
+        self.renter.ledger.stop(&key, Utc::now());
+        if let Some(a) = status
+            .attempts
+            .iter_mut()
+            .rev()
+            .find(|a| a.outcome == AttemptOutcome::Created)
+        {
+            a.outcome = AttemptOutcome::Failed;
+            a.failure_class = Some(class.label().to_owned());
+            a.message = Some(message.clone());
+            a.finished_at = Some(rfc3339(Utc::now()));
+        }
+        status.provider = None;
+        status.instance_id = None;
+        status.offer_id = None;
+        status.gpu = None;
+        status.price_per_hour = None;
+        status.phase = BindingPhase::Pending;
+        status.reason = Some("Replacing".to_owned());
+        let note = format!("{message}; renting a replacement (restartPolicy is not Never)");
+        status.message = Some(note.clone());
+        write_status(&self.client, b, &status).await?;
+        self.event(pod, true, "Replacing", note.clone()).await;
+        self.set_pod(pod, &DesiredPod::pending("Replacing", note))
+            .await?;
+        Ok(Action::requeue(Duration::from_millis(100)))
     }
 
     /// Ends the binding as Failed: releases whatever it rented, then fails the Pod.

@@ -44,8 +44,39 @@ impl Reconciler {
         b: &CloudPodBinding,
         ending: &Ending,
     ) -> Result<Release, Error> {
-        let mut current = b.clone();
         let mut status = b.status.clone().unwrap_or_default();
+        let waiting = self.delete_instances(b).await?;
+        if !waiting.is_empty() {
+            if status.phase != BindingPhase::Releasing {
+                status.phase = BindingPhase::Releasing;
+                status.reason = Some("Releasing".to_owned());
+                status.message = Some(format!("releasing: {}", waiting.join("; ")));
+                write_status(&self.client, b, &status).await?;
+            }
+            return Ok(Release::Waiting(waiting.join("; ")));
+        }
+        let key = binding_key(b);
+        self.renter.budget.release(&key);
+        self.renter.ledger.stop(&key, Utc::now());
+        if let Some(cost) = self.renter.ledger.accrued_usd(&key, Utc::now()) {
+            status.cost_accrued_usd = cost;
+        }
+        self.renter.ledger.forget(&key);
+        let mut current = b.clone();
+        if status.phase != ending.phase || status.reason.as_deref() != Some(&ending.reason) {
+            status.phase = ending.phase;
+            status.reason = Some(ending.reason.clone());
+            status.message = Some(ending.message.clone());
+            current = write_status(&self.client, b, &status).await?;
+        }
+        self.drop_finalizer(&current).await?;
+        Ok(Release::Done)
+    }
+
+    /// Deletes the instance `b` knows and anything live under its external name on every
+    /// provider it attempted, and returns what is not confirmed gone yet (empty: all gone).
+    pub(super) async fn delete_instances(&self, b: &CloudPodBinding) -> Result<Vec<String>, Error> {
+        let status = b.status.clone().unwrap_or_default();
         let name = &b.spec.external_name;
         let mut providers = attempted_providers(&status.attempts);
         let known = status
@@ -81,30 +112,7 @@ impl Reconciler {
                 waiting.push(format!("{id} instance {} is {}", found.id, found.phase));
             }
         }
-        if status.phase != BindingPhase::Releasing && !waiting.is_empty() {
-            status.phase = BindingPhase::Releasing;
-            status.reason = Some("Releasing".to_owned());
-            status.message = Some(format!("releasing: {}", waiting.join("; ")));
-            write_status(&self.client, b, &status).await?;
-        }
-        if !waiting.is_empty() {
-            return Ok(Release::Waiting(waiting.join("; ")));
-        }
-        let key = binding_key(b);
-        self.renter.budget.release(&key);
-        self.renter.ledger.stop(&key, Utc::now());
-        if let Some(cost) = self.renter.ledger.accrued_usd(&key, Utc::now()) {
-            status.cost_accrued_usd = cost;
-        }
-        self.renter.ledger.forget(&key);
-        if status.phase != ending.phase || status.reason.as_deref() != Some(&ending.reason) {
-            status.phase = ending.phase;
-            status.reason = Some(ending.reason.clone());
-            status.message = Some(ending.message.clone());
-            current = write_status(&self.client, b, &status).await?;
-        }
-        self.drop_finalizer(&current).await?;
-        Ok(Release::Done)
+        Ok(waiting)
     }
 
     /// Removes our finalizer, guarded by the resourceVersion read.
