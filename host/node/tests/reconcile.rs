@@ -14,7 +14,7 @@ use kube::{Api, ResourceExt};
 use neocloud_broker::{
     BudgetGuard, Catalog, CatalogConfig, CostLedger, DefaultFallback, LadderLimits, Planner, Renter,
 };
-use neocloud_cloudsim::{CloudSim, CloudSimConfig, FaultKind, FaultRule, SimConfig};
+use neocloud_cloudsim::{CloudSim, FaultKind, FaultRule};
 use neocloud_node::crd::{self, AttemptOutcome, BindingPhase, CloudPodBinding};
 use neocloud_node::metrics::Metrics;
 use neocloud_node::naming::ClusterId;
@@ -23,14 +23,14 @@ use neocloud_node::reconcile::{Reconciler, ReconcilerConfig};
 use neocloud_node::vnode::{Health, Heartbeat, NodeConfig};
 use neocloud_policy::cel::{CelEngine, CelLimits};
 use neocloud_policy::wasm::{EngineConfig, WasmEngine};
-use neocloud_providers::{
-    ApiKey, LambdaConfig, LambdaProvider, Provider, RunpodConfig, RunpodProvider, VastConfig,
-    VastProvider,
-};
+use neocloud_providers::Provider;
 use neocloud_testenv::TestContext;
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+mod support;
+use support::{fast_sims, sim_providers};
 
 struct World {
     ctx: TestContext,
@@ -47,21 +47,8 @@ struct World {
 }
 
 fn providers(sims: &CloudSim) -> Vec<Arc<dyn Provider>> {
-    let mut runpod = RunpodConfig::new(ApiKey::new(sims.runpod.api_key()));
-    runpod.base_url = sims.runpod.base_url();
-    let mut lambda = LambdaConfig::new(
-        ApiKey::new(sims.lambda.api_key()),
-        neocloud_cloudsim::config::DEFAULT_SSH_KEY,
-    );
-    lambda.base_url = sims.lambda.base_url();
-    lambda.launch_interval_ms = 0;
-    let mut vast = VastConfig::new(ApiKey::new(sims.vast.api_key()));
-    vast.base_url = sims.vast.base_url();
-    vec![
-        Arc::new(RunpodProvider::new(runpod).unwrap()),
-        Arc::new(LambdaProvider::new(lambda).unwrap()),
-        Arc::new(VastProvider::new(vast).unwrap()),
-    ]
+    let p = sim_providers(sims, None);
+    vec![p.runpod, p.lambda, p.vast]
 }
 
 /// A client for a user bound to the project's ClusterRole, applied from config/rbac/role.yaml.
@@ -100,13 +87,7 @@ impl World {
         crd::install(&ctx.client, "neocloud-node-tests", Duration::from_secs(30))
             .await
             .unwrap();
-        let sims = CloudSim::start(CloudSimConfig {
-            runpod: SimConfig::fast(),
-            lambda: SimConfig::fast(),
-            vast: SimConfig::fast(),
-        })
-        .await
-        .unwrap();
+        let sims = fast_sims().await;
         let node = format!("neocloud-{}", ctx.namespace);
         let client = node_identity(&ctx).await;
         let mut cfg = NodeConfig::named(&node);

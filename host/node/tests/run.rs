@@ -11,11 +11,14 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
-use neocloud_cloudsim::{CloudSim, CloudSimConfig, SimConfig};
+use neocloud_cloudsim::CloudSim;
 use neocloud_node::crd::CloudPodBinding;
 use neocloud_testenv::TestContext;
 use serde_json::json;
 use tokio::process::{Child, Command};
+
+mod support;
+use support::fast_sims;
 
 struct World {
     ctx: TestContext,
@@ -35,13 +38,7 @@ fn free_port() -> u16 {
 impl World {
     async fn new(prefix: &str) -> World {
         let ctx = TestContext::new(prefix).await;
-        let sims = CloudSim::start(CloudSimConfig {
-            runpod: SimConfig::fast(),
-            lambda: SimConfig::fast(),
-            vast: SimConfig::fast(),
-        })
-        .await
-        .unwrap();
+        let sims = fast_sims().await;
         let node = format!("neocloud-{}", ctx.namespace);
         World {
             ctx,

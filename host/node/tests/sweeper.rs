@@ -8,19 +8,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, PostParams};
-use neocloud_cloudsim::{CloudSim, CloudSimConfig, FaultKind, FaultRule, SimConfig};
+use neocloud_cloudsim::{CloudSim, FaultKind, FaultRule};
 use neocloud_core::{
     CapacityType, GpuRequest, InstanceState, OfferQuery, ProviderHints, WorkloadSpec,
 };
 use neocloud_node::crd::{self, CloudPodBinding};
 use neocloud_node::naming::ClusterId;
 use neocloud_node::sweeper::{SweepReport, Sweeper, SweeperConfig};
-use neocloud_providers::{
-    ApiKey, CreateRequest, HttpConfig, LambdaConfig, LambdaProvider, Operation, Provider,
-    RunpodConfig, RunpodProvider, VastConfig, VastProvider,
-};
+use neocloud_providers::{CreateRequest, HttpConfig, Operation, Provider};
 use neocloud_testenv::TestContext;
 use serde_json::json;
+
+mod support;
+use support::{fast_sims, sim_providers};
 
 const CLUSTER: &str = "sweeptest";
 const HOUR: Duration = Duration::from_secs(3600);
@@ -48,26 +48,12 @@ async fn rig(test: &str) -> Rig {
     crd::install(&ctx.client, "neocloud-node-tests", Duration::from_secs(30))
         .await
         .unwrap();
-    let sims = CloudSim::start(CloudSimConfig {
-        runpod: SimConfig::fast(),
-        lambda: SimConfig::fast(),
-        vast: SimConfig::fast(),
-    })
-    .await
-    .unwrap();
-    let mut rp = RunpodConfig::new(ApiKey::new(sims.runpod.api_key()));
-    rp.base_url = sims.runpod.base_url();
-    rp.http = http();
-    let mut va = VastConfig::new(ApiKey::new(sims.vast.api_key()));
-    va.base_url = sims.vast.base_url();
-    va.http = http();
-    let mut la = LambdaConfig::new(ApiKey::new(sims.lambda.api_key()), "sim-ssh-key");
-    la.base_url = sims.lambda.base_url();
-    la.http = http();
+    let sims = fast_sims().await;
+    let p = sim_providers(&sims, Some(http()));
     Rig {
-        runpod: Arc::new(RunpodProvider::new(rp).unwrap()),
-        vast: Arc::new(VastProvider::new(va).unwrap()),
-        lambda: Arc::new(LambdaProvider::new(la).unwrap()),
+        runpod: p.runpod,
+        vast: p.vast,
+        lambda: p.lambda,
         ctx,
         sims,
     }
