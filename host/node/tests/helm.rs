@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use neocloud_core::{FailureClass, InstancePhase, ProviderId};
@@ -56,16 +57,21 @@ fn succeeded(what: &str, out: Output) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// helm from `hack/helm/build.sh`: built on first use, cached afterwards.
+/// helm from `hack/helm/build.sh`: built on first use, cached afterwards. Once per test binary,
+/// so that concurrent tests do not build it side by side on a cold cache.
 fn helm() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(repo().join("hack/helm/build.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
-    let path = PathBuf::from(succeeded("hack/helm/build.sh", out).lines().last().unwrap());
-    assert!(path.is_file(), "hack/helm/build.sh printed {path:?}");
-    path
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(repo().join("hack/helm/build.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        let path = PathBuf::from(succeeded("hack/helm/build.sh", out).lines().last().unwrap());
+        assert!(path.is_file(), "hack/helm/build.sh printed {path:?}");
+        path
+    })
+    .clone()
 }
 
 /// `helm template` of the chart as the release `neocloud-node` in aibrix-system, CRDs included.
@@ -239,6 +245,55 @@ async fn the_rendered_chart_passes_a_server_side_dry_run() {
             "{object} missing from:\n{said}"
         );
     }
+}
+
+/// `helm` run against the test control plane, with its own config and cache directories.
+fn helm_on(ctx: &TestContext, home: &Path, args: &[&str]) -> String {
+    let out = Command::new(helm())
+        .current_dir(repo())
+        .env("KUBECONFIG", ctx.control_plane.admin_kubeconfig())
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .args(args)
+        .output()
+        .unwrap();
+    succeeded(&format!("helm {args:?}"), out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_installs_and_uninstalls_the_chart_in_an_existing_namespace() {
+    let ctx = TestContext::new("helm-install").await;
+    let home = tempfile::tempdir().unwrap();
+    let ns = ctx.namespace.as_str();
+    let release = ["neocloud-node", "--namespace", ns];
+    let installed = helm_on(
+        &ctx,
+        home.path(),
+        &[
+            &["install"],
+            &release[..],
+            &[CHART, "--set", "createNamespace=false"],
+        ]
+        .concat(),
+    );
+    assert!(installed.contains("STATUS: deployed"), "{installed}");
+    let objects = [
+        "deployment/aibrix-neocloud-node",
+        "configmap/aibrix-neocloud-node-config",
+    ];
+    let get = |objects: &[&str]| {
+        let mut args = vec!["-n", ns, "get", "--ignore-not-found", "-o", "name"];
+        args.extend(objects);
+        kubectl(&ctx, &args, None)
+    };
+    assert_eq!(
+        get(&objects).lines().count(),
+        2,
+        "the install created too little"
+    );
+    helm_on(&ctx, home.path(), &[&["uninstall"], &release[..]].concat());
+    assert_eq!(get(&objects), "", "the uninstall left objects behind");
 }
 
 #[test]
