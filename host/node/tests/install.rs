@@ -51,6 +51,18 @@ async fn the_generated_crds_and_manifest_are_current() {
         body == String::from_utf8_lossy(&built.stdout),
         "deploy/neocloud-node.yaml is stale: run `make manifests`"
     );
+    // A server-side dry run creates nothing, so the namespaced objects need their namespace to
+    // exist already (another test of this binary may or may not have created it).
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "aibrix-system"}})).unwrap();
+    match Api::all(ctx.client.clone())
+        .create(&kube::api::PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("failed to create namespace aibrix-system: {e}"),
+    }
     let dry = kubectl(
         &ctx,
         &[
