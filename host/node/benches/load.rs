@@ -7,7 +7,7 @@
 //! Run: `cargo bench -p neocloud-node --bench load`. Knobs: `LOAD_PODS`, `LOAD_IN_FLIGHT`
 //! (concurrent creates, default 24), `LOAD_CONCURRENCY` (NeoCloud reconciler concurrency and
 //! virtual-kubelet workers, default 32), `LOAD_TIMEOUT_SECS` (per phase, default 600) and
-//! `LOAD_POLL_MS` (NeoCloud's `reconciler.pollIntervalMs`, default 250) and `LOAD_IMPLS`
+//! `LOAD_RUST_LOG` (NeoCloud's log filter, default `info`), `LOAD_POLL_MS` (NeoCloud's `reconciler.pollIntervalMs`, default 250) and `LOAD_IMPLS`
 //! (comma-separated, default `neocloud,vk`). `vk` is virtual-kubelet with as many workers as
 //! NeoCloud's concurrency and client QPS 1000, but the library's default work-queue limiter
 //! (10/s, burst 100); `vk-fast` also lifts that limiter to 1000/s; `vk-defaults` keeps every
