@@ -1,0 +1,484 @@
+//! Load benchmark: N Pods (default 1,000; `LOAD_PODS`) bound by `spec.nodeName` to NeoCloud Node
+//! (the fake provider) and, on the same real control plane, to virtual-kubelet (its Go library
+//! with a trivial in-memory provider, `hack/vkbench`). For each, it times the first create to all
+//! Pods Running and then to all Pods gone, and reads the node process's CPU time and resident
+//! memory from `/proc`. Prints a Markdown table and writes it to `<target>/loadbench.md`.
+//!
+//! Run: `cargo bench -p neocloud-node --bench load`. Knobs: `LOAD_PODS`, `LOAD_IN_FLIGHT`
+//! (concurrent creates, default 24), `LOAD_CONCURRENCY` (NeoCloud reconciler concurrency and
+//! virtual-kubelet workers, default 32), `LOAD_TIMEOUT_SECS` (per phase, default 600) and
+//! `LOAD_RUST_LOG` (NeoCloud's log filter, default `info`), `LOAD_POLL_MS` (NeoCloud's `reconciler.pollIntervalMs`, default 250) and `LOAD_IMPLS`
+//! (comma-separated, default `neocloud,vk`). `vk` is virtual-kubelet with as many workers as
+//! NeoCloud's concurrency and client QPS 1000, but the library's default work-queue limiter
+//! (10/s, burst 100); `vk-fast` also lifts that limiter to 1000/s; `vk-defaults` keeps every
+//! default (client-go's 5 QPS, burst 10; 10 workers).
+//!
+//! It measures the nodes, not the control plane: both run against the same API server, one after
+//! the other, each in its own namespace and under its own node name.
+
+#![allow(clippy::print_stdout, reason = "a benchmark binary reports on stdout")]
+
+#[path = "load/proc_stats.rs"]
+mod proc_stats;
+#[path = "load/tracker.rs"]
+mod tracker;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use neocloud_testenv::TestContext;
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+use proc_stats::Usage;
+use tracker::Tracker;
+
+/// The implementations a run can measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Impl {
+    NeoCloud,
+    Vk,
+    VkFast,
+    VkDefaults,
+}
+
+impl Impl {
+    fn parse(s: &str) -> Impl {
+        match s.trim() {
+            "neocloud" => Impl::NeoCloud,
+            "vk" => Impl::Vk,
+            "vk-fast" => Impl::VkFast,
+            "vk-defaults" => Impl::VkDefaults,
+            other => panic!("LOAD_IMPLS: {other:?} is not neocloud, vk, vk-fast or vk-defaults"),
+        }
+    }
+
+    fn label(self, concurrency: u16, poll_ms: u64) -> String {
+        match self {
+            Impl::NeoCloud => format!(
+                "NeoCloud Node (fake provider, concurrency {concurrency}, poll {poll_ms} ms)"
+            ),
+            Impl::Vk => format!(
+                "virtual-kubelet v1.14.1 (in-memory, {concurrency} workers, QPS 1000/burst 2000)"
+            ),
+            Impl::VkFast => format!(
+                "virtual-kubelet v1.14.1 (in-memory, {concurrency} workers, QPS 1000/burst 2000, queues 1000/s)"
+            ),
+            Impl::VkDefaults => {
+                "virtual-kubelet v1.14.1 (in-memory, 10 workers, client-go QPS 5/burst 10)".into()
+            }
+        }
+    }
+
+    fn slug(self) -> &'static str {
+        match self {
+            Impl::NeoCloud => "load-neocloud",
+            Impl::Vk => "load-vk",
+            Impl::VkFast => "load-vkfast",
+            Impl::VkDefaults => "load-vkdef",
+        }
+    }
+}
+
+/// The run's settings, from the environment.
+#[derive(Debug, Clone)]
+struct Settings {
+    pods: usize,
+    in_flight: usize,
+    concurrency: u16,
+    poll_ms: u64,
+    timeout: Duration,
+    impls: Vec<Impl>,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}: {v:?} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let impls = std::env::var("LOAD_IMPLS").unwrap_or_else(|_| "neocloud,vk".into());
+        Settings {
+            pods: env_or("LOAD_PODS", 1000),
+            in_flight: env_or("LOAD_IN_FLIGHT", 24),
+            concurrency: env_or("LOAD_CONCURRENCY", 32),
+            poll_ms: env_or("LOAD_POLL_MS", 250),
+            timeout: Duration::from_secs(env_or("LOAD_TIMEOUT_SECS", 600)),
+            impls: impls.split(',').map(Impl::parse).collect(),
+        }
+    }
+}
+
+/// What one implementation measured.
+#[derive(Debug)]
+struct Row {
+    label: String,
+    pods: usize,
+    /// First create to all Running; `None` when the phase timed out.
+    up: Option<Duration>,
+    running_at_end: usize,
+    at_running: Usage,
+    idle: Usage,
+    /// Delete request to all gone; `None` when the phase timed out.
+    down: Option<Duration>,
+    at_end: Usage,
+    log: PathBuf,
+    log_warnings: usize,
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument would be meaningless here.
+    let settings = Settings::from_env();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let rows = runtime.block_on(run(&settings));
+    let table = markdown(&settings, &rows);
+    println!("\n{table}");
+    let out = target_dir().join("loadbench.md");
+    std::fs::write(&out, &table).unwrap();
+    println!("written to {}", out.display());
+}
+
+async fn run(settings: &Settings) -> Vec<Row> {
+    let vkbench = vkbench_binary();
+    let mut rows = Vec::new();
+    for &imp in &settings.impls {
+        let ctx = TestContext::new(imp.slug()).await;
+        let node = format!("{}-node", ctx.namespace);
+        eprintln!(
+            "== {} on node {node}",
+            imp.label(settings.concurrency, settings.poll_ms)
+        );
+        rows.push(measure(&ctx, imp, &node, settings, &vkbench).await);
+    }
+    rows
+}
+
+async fn measure(
+    ctx: &TestContext,
+    imp: Impl,
+    node: &str,
+    settings: &Settings,
+    vkbench: &Path,
+) -> Row {
+    let dir = target_dir().join("loadbench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join(format!("{}.log", ctx.namespace));
+    let mut child = spawn(ctx, imp, node, settings, vkbench, &dir, &log);
+    let pid = child.id().unwrap();
+    wait_registered(ctx, node, &mut child, &log).await;
+    let idle = Usage::read(pid);
+    let pods: Api<Pod> = ctx.namespaced();
+    let tracker = Tracker::start(pods.clone());
+    tracker.wait_synced().await;
+
+    let started = Instant::now();
+    create_pods(&pods, node, settings).await;
+    eprintln!(
+        "   {} creates sent after {:.1}s",
+        settings.pods,
+        secs(started.elapsed())
+    );
+    let done = tracker
+        .wait(settings.timeout, |c| c.running >= settings.pods)
+        .await;
+    let up = done.then(|| started.elapsed());
+    let at_running = Usage::read(pid);
+    let running_at_end = tracker.counts().running;
+    if !done {
+        report_stuck(&pods, &log).await;
+    }
+    eprintln!(
+        "   running: {running_at_end}/{} after {:.1}s",
+        settings.pods,
+        secs(started.elapsed())
+    );
+
+    let deleting = Instant::now();
+    pods.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
+    let gone = tracker.wait(settings.timeout, |c| c.total == 0).await;
+    let down = gone.then(|| deleting.elapsed());
+    if !gone {
+        report_stuck(&pods, &log).await;
+    }
+    let at_end = Usage::read(pid);
+    eprintln!("   deleted after {:.1}s", secs(deleting.elapsed()));
+    child.kill().await.unwrap();
+    Row {
+        label: imp.label(settings.concurrency, settings.poll_ms),
+        pods: settings.pods,
+        up,
+        running_at_end,
+        at_running,
+        idle,
+        down,
+        at_end,
+        log_warnings: count_warnings(&log),
+        log,
+    }
+}
+
+fn spawn(
+    ctx: &TestContext,
+    imp: Impl,
+    node: &str,
+    settings: &Settings,
+    vkbench: &Path,
+    dir: &Path,
+    log: &Path,
+) -> Child {
+    let kubeconfig = ctx.control_plane.admin_kubeconfig();
+    let mut cmd = match imp {
+        Impl::NeoCloud => {
+            let config = dir.join(format!("{}.yaml", ctx.namespace));
+            std::fs::write(&config, neocloud_config(node, settings)).unwrap();
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_neocloud-node"));
+            cmd.args(["run", "--config"]).arg(config);
+            cmd.env("GPU_BURST_PROVIDER", "fake")
+                .env("RUST_LOG", "info");
+            cmd
+        }
+        Impl::Vk | Impl::VkFast | Impl::VkDefaults => {
+            let mut cmd = Command::new(vkbench);
+            cmd.arg("--kubeconfig").arg(&kubeconfig);
+            cmd.args(["--node-name", node, "--log-level", "info"]);
+            if imp != Impl::VkDefaults {
+                let workers = settings.concurrency.to_string();
+                cmd.args(["--workers", &workers, "--qps", "1000", "--burst", "2000"]);
+            }
+            if imp == Impl::VkFast {
+                cmd.args(["--queue-qps", "1000"]);
+            }
+            cmd
+        }
+    };
+    cmd.env("KUBECONFIG", kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(log.with_extension("stdout")).unwrap())
+        .stderr(std::fs::File::create(log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("failed to start the {imp:?} node: {e}"))
+}
+
+fn neocloud_config(node: &str, settings: &Settings) -> String {
+    let (concurrency, poll) = (settings.concurrency, settings.poll_ms);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!(
+        "clusterId: loadbench\n\
+         node: {{name: {node}, maxPods: 2000, maxGpus: 2000}}\n\
+         providers: [fake]\n\
+         installCrds: true\n\
+         metricsAddress: 127.0.0.1:{port}\n\
+         leaderElection: {{enabled: false}}\n\
+         reconciler: {{concurrency: {concurrency}, pollIntervalMs: {poll}, retryIntervalMs: 1000}}\n\
+         sweeper: {{intervalSeconds: 3600, graceSeconds: 3600}}\n"
+    )
+}
+
+/// Waits until the Node exists with condition Ready=True; panics with the log if the process
+/// exits or two minutes pass.
+async fn wait_registered(ctx: &TestContext, node: &str, child: &mut Child, log: &Path) {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("node {node} exited with {status}:\n{}", tail(log, 40));
+        }
+        let ready = nodes.get_opt(node).await.unwrap().is_some_and(|n| {
+            n.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        });
+        if ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {node} not Ready after 120s:\n{}",
+            tail(log, 40)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn create_pods(pods: &Api<Pod>, node: &str, settings: &Settings) {
+    futures::stream::iter(0..settings.pods)
+        .map(|i| {
+            let pod = gpu_pod(&format!("p-{i:05}"), node);
+            async move { pods.create(&PostParams::default(), &pod).await }
+        })
+        .buffer_unordered(settings.in_flight)
+        .try_for_each(|_| async { Ok(()) })
+        .await
+        .unwrap();
+}
+
+fn gpu_pod(name: &str, node: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "loadbench"}},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+            "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        }
+    }))
+    .unwrap()
+}
+
+/// Prints Pods by phase, a few that are not Running, and the node log's tail.
+async fn report_stuck(pods: &Api<Pod>, log: &Path) {
+    let list = pods.list(&ListParams::default()).await.unwrap();
+    let mut by_phase = std::collections::BTreeMap::<String, usize>::new();
+    for p in &list.items {
+        let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+        *by_phase
+            .entry(phase.unwrap_or_else(|| "-".into()))
+            .or_default() += 1;
+    }
+    eprintln!("   STUCK: pods by phase {by_phase:?}");
+    for p in list
+        .items
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running"))
+        .take(3)
+    {
+        eprintln!(
+            "   {}: {:?}",
+            p.metadata.name.as_deref().unwrap_or("?"),
+            p.status
+        );
+    }
+    eprintln!("   node log tail ({}):\n{}", log.display(), tail(log, 40));
+}
+
+/// Lines logged at WARN or ERROR: tracing's `LEVEL` column (colours stripped) or slog's `level=`.
+fn count_warnings(log: &Path) -> usize {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(strip_ansi)
+        .filter(|l| {
+            let tracing_level = l.split_whitespace().nth(1);
+            matches!(tracing_level, Some("WARN" | "ERROR"))
+                || l.contains("level=WARN")
+                || l.contains("level=ERROR")
+        })
+        .count()
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An SGR sequence: ESC [ ... m
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The vkbench binary, built by `hack/vkbench/build.sh` if missing (its progress shows on stderr).
+fn vkbench_binary() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/vkbench/build.sh");
+    let out = std::process::Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{} failed ({}); see its output above",
+        script.display(),
+        out.status
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    PathBuf::from(stdout.lines().last().unwrap().trim())
+}
+
+/// `<target>`: the parent of Cargo's per-target temporary directory.
+fn target_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).to_path_buf()
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn markdown(settings: &Settings, rows: &[Row]) -> String {
+    let mut out = format!(
+        "Load: {} Pods, {} creates in flight, one real control plane on {} cores.\n\n",
+        settings.pods,
+        settings.in_flight,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    out.push_str(
+        "| implementation | pods | s to all Running | pods/s | CPU s | peak RSS MiB | RSS MiB at Running | RSS MiB idle | s to all gone | CPU s incl. deletes | log warn/error lines |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let (up, rate) = match r.up {
+            Some(d) => (
+                format!("{:.1}", secs(d)),
+                format!("{:.1}", r.pods as f64 / secs(d)),
+            ),
+            None => (
+                format!("timeout ({} Running)", r.running_at_end),
+                "-".into(),
+            ),
+        };
+        let down = r
+            .down
+            .map_or("timeout".into(), |d| format!("{:.1}", secs(d)));
+        out.push_str(&format!(
+            "| {} | {} | {up} | {rate} | {:.2} | {:.1} | {:.1} | {:.1} | {down} | {:.2} | {} |\n",
+            r.label,
+            r.pods,
+            r.at_running.cpu_seconds,
+            r.at_running.peak_rss_mib,
+            r.at_running.rss_mib,
+            r.idle.rss_mib,
+            r.at_end.cpu_seconds,
+            r.log_warnings,
+        ));
+    }
+    out.push_str("\nCPU s: user+system time of the node process from its start. Logs: ");
+    let logs: Vec<String> = rows.iter().map(|r| r.log.display().to_string()).collect();
+    out.push_str(&logs.join(", "));
+    out.push('\n');
+    out
+}
