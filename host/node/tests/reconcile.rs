@@ -136,6 +136,7 @@ impl World {
     fn start(&mut self) {
         let mut cfg = ReconcilerConfig::new(&self.node, ClusterId::new("test").unwrap());
         cfg.poll_interval = Duration::from_millis(300);
+        cfg.running_poll_interval = Duration::from_millis(300);
         cfg.retry_interval = Duration::from_secs(1);
         cfg.release_poll = Duration::from_millis(200);
         let renter = Renter {

@@ -32,8 +32,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
-use kube::{Api, Client, Resource};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
 use neocloud_broker::{Planner, Renter};
 use neocloud_policy::cel::CelEngine;
 
@@ -62,8 +62,11 @@ pub struct ReconcilerConfig {
     pub host_ip: String,
     /// Pods reconciled at once.
     pub concurrency: u16,
-    /// How often a rented instance is polled.
+    /// How often a starting instance is polled.
     pub poll_interval: Duration,
+    /// How often a running instance is polled (to notice it stopped, failed or was lost).
+    /// Kept apart from `poll_interval` so that many running Pods do not crowd out new ones.
+    pub running_poll_interval: Duration,
     /// How long a Pod with no offer (or over the budget) waits before planning again.
     pub retry_interval: Duration,
     /// How often a release is checked until the provider confirms the instance gone.
@@ -78,7 +81,8 @@ impl ReconcilerConfig {
             cluster,
             host_ip: "127.0.0.1".to_owned(),
             concurrency: 16,
-            poll_interval: Duration::from_secs(10),
+            poll_interval: Duration::from_secs(2),
+            running_poll_interval: Duration::from_secs(30),
             retry_interval: Duration::from_secs(30),
             release_poll: Duration::from_secs(2),
         }
@@ -160,10 +164,25 @@ impl Reconciler {
         let on_node = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
         let ours = watcher::Config::default().labels(&format!("{NODE_LABEL}={node}"));
         let config = ControllerConfig::default().concurrency(self.cfg.concurrency);
-        let pod_controller = Controller::new(pods, on_node)
+        // The caches keep every Pod and binding of the node; their managedFields (often the
+        // largest part of an object) are never read, so they are dropped before caching.
+        let (pod_reader, pod_writer) = reflector::store();
+        let pod_stream = watcher::watcher(pods, on_node)
+            .default_backoff()
+            .modify(|p: &mut Pod| p.managed_fields_mut().clear())
+            .reflect(pod_writer)
+            .touched_objects();
+        let pod_controller = Controller::for_stream(pod_stream, pod_reader)
             .owns(bindings.clone(), ours.clone())
             .with_config(config.clone());
-        let binding_controller = Controller::new(bindings, ours).with_config(config);
+        let (binding_reader, binding_writer) = reflector::store();
+        let binding_stream = watcher::watcher(bindings, ours)
+            .default_backoff()
+            .modify(|b: &mut CloudPodBinding| b.managed_fields_mut().clear())
+            .reflect(binding_writer)
+            .touched_objects();
+        let binding_controller =
+            Controller::for_stream(binding_stream, binding_reader).with_config(config);
         let (pod_store, binding_store) = (pod_controller.store(), binding_controller.store());
         let ready = async move {
             let (a, b) = tokio::join!(

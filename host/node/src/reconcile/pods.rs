@@ -228,7 +228,7 @@ impl Reconciler {
                     self.event(pod, false, "Started", note).await;
                 }
                 self.set_pod(pod, &DesiredPod::running()).await?;
-                return Ok(Action::requeue(self.cfg.poll_interval));
+                return Ok(Action::requeue(self.cfg.running_poll_interval));
             }
             Some(i)
                 if matches!(

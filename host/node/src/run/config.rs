@@ -87,9 +87,12 @@ pub struct ReconcilerSettings {
     /// Pods reconciled at once.
     #[serde(default = "default_concurrency")]
     pub concurrency: u16,
-    /// How often a rented instance is polled, milliseconds.
+    /// How often a starting instance is polled, milliseconds.
     #[serde(default = "default_poll_ms")]
     pub poll_interval_ms: u64,
+    /// How often a running instance is polled, milliseconds.
+    #[serde(default = "default_running_poll_ms")]
+    pub running_poll_interval_ms: u64,
     /// How long a Pod with no offer waits before planning again, milliseconds.
     #[serde(default = "default_retry_ms")]
     pub retry_interval_ms: u64,
@@ -100,6 +103,7 @@ impl Default for ReconcilerSettings {
         ReconcilerSettings {
             concurrency: default_concurrency(),
             poll_interval_ms: default_poll_ms(),
+            running_poll_interval_ms: default_running_poll_ms(),
             retry_interval_ms: default_retry_ms(),
         }
     }
@@ -121,7 +125,10 @@ fn default_concurrency() -> u16 {
     16
 }
 fn default_poll_ms() -> u64 {
-    10_000
+    2_000
+}
+fn default_running_poll_ms() -> u64 {
+    30_000
 }
 fn default_retry_ms() -> u64 {
     30_000
@@ -203,6 +210,11 @@ impl RunConfig {
     /// Poll interval as a duration.
     pub fn poll_interval(&self) -> Duration {
         Duration::from_millis(self.reconciler.poll_interval_ms.max(100))
+    }
+
+    /// Running poll interval as a duration.
+    pub fn running_poll_interval(&self) -> Duration {
+        Duration::from_millis(self.reconciler.running_poll_interval_ms.max(100))
     }
 
     /// Retry interval as a duration.

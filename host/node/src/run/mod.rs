@@ -116,6 +116,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     rc.host_ip = node_cfg.address.clone();
     rc.concurrency = cfg.reconciler.concurrency;
     rc.poll_interval = cfg.poll_interval();
+    rc.running_poll_interval = cfg.running_poll_interval();
     rc.retry_interval = cfg.retry_interval();
     let cel = Arc::new(CelEngine::new(CelLimits::default()));
     let wasm = WasmEngine::new(EngineConfig::default())
