@@ -68,6 +68,12 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 "$kubectl" apply -k config/samples
+# The Wasm policy sample reads its component from a ConfigMap built from source.
+[ -f policies/build/placement-c.wasm ] || make -s policies >/dev/null
+"$kubectl" create namespace aibrix-system --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
+"$kubectl" -n aibrix-system create configmap neocloud-placement-c \
+  --from-file=placement.wasm=policies/build/placement-c.wasm --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
+"$kubectl" apply -f config/samples/burstpolicy-wasm.yaml
 
 cat >&2 <<MSG
 
@@ -92,6 +98,11 @@ if [ -n "${NEOCLOUD_LOCAL_ONCE:-}" ]; then
     sleep 1
   done
   summary
+  loaded=$("$kubectl" get burstpolicies -o jsonpath='{range .items[*]}{.metadata.name}={.status.loaded} {end}')
+  printf 'policies: %s\n' "$loaded"
+  case "$loaded" in *"reliable-per-dollar=true"*"memory-per-dollar=true"*|*"memory-per-dollar=true"*"reliable-per-dollar=true"*) ;;
+    *) fail "the sample policies did not both load: $loaded" ;;
+  esac
   [ "$running" -ge 4 ] || fail "only $running of the 4 sample Pods are Running after 90 s (see $dir/node.log)"
   exit 0
 fi

@@ -228,3 +228,33 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
         );
     }
 }
+
+#[test]
+fn every_sample_pod_is_supported_and_every_sample_policy_parses() {
+    let mut pods = 0;
+    let mut policies = 0;
+    for entry in std::fs::read_dir(repo().join("config/samples")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name == "kustomization.yaml" || path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        match doc["kind"].as_str() {
+            Some("Pod") => {
+                let pod: Pod = serde_yaml::from_str(&text).unwrap();
+                neocloud_core::translate_pod(&pod)
+                    .unwrap_or_else(|e| panic!("{name} is refused: {e}"));
+                pods += 1;
+            }
+            Some("BurstPolicy") => {
+                let _: neocloud_node::crd::BurstPolicy = serde_yaml::from_str(&text)
+                    .unwrap_or_else(|e| panic!("{name} is not a BurstPolicy: {e}"));
+                policies += 1;
+            }
+            other => panic!("{name}: unexpected kind {other:?}"),
+        }
+    }
+    assert_eq!((pods, policies), (4, 2));
+}
