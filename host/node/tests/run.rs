@@ -294,6 +294,26 @@ async fn a_standby_replica_takes_over_when_the_leader_dies() {
         metrics.contains("neocloud_rentals_total{") && metrics.contains("outcome=\"created\""),
         "{metrics}"
     );
+    // The gauges come from the new leader's caches (refreshed every 5 s): both Pods, the one
+    // it took over and the one it placed, are Running on running instances.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = http_get(ports[standby], "/metrics");
+        let pods = metrics.contains("neocloud_pods{phase=\"Running\"} 2");
+        let instances = metrics.lines().any(|l| {
+            l.starts_with("neocloud_instances{")
+                && l.contains("phase=\"running\"")
+                && l.ends_with(" 2")
+        });
+        if pods && instances {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gauges never counted 2 running Pods and instances:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let ledger = world.sims.ledger();
     assert_eq!(ledger.live().len(), 2, "{:?}", ledger.live());
     assert!(ledger.duplicate_live_names().is_empty());

@@ -99,6 +99,26 @@ pub struct Reconciler {
     events: Recorder,
     metrics: Arc<Metrics>,
     policies: Option<Arc<PolicyRegistry>>,
+    caches: std::sync::OnceLock<Caches>,
+}
+
+/// The controllers' caches of the node's Pods and bindings, for readers that must not list
+/// (a list of 1,000 Pods is megabytes per call).
+#[derive(Clone)]
+pub struct Caches {
+    /// Pods bound to the node, without `managedFields`.
+    pub pods: reflector::Store<Pod>,
+    /// The node's bindings, without `managedFields`.
+    pub bindings: reflector::Store<CloudPodBinding>,
+}
+
+impl std::fmt::Debug for Caches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caches")
+            .field("pods", &self.pods.len())
+            .field("bindings", &self.bindings.len())
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -151,7 +171,13 @@ impl Reconciler {
             events,
             metrics,
             policies,
+            caches: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The controllers' caches, once [`Reconciler::run`] has started them.
+    pub fn caches(&self) -> Option<&Caches> {
+        self.caches.get()
     }
 
     /// Runs the Pod and binding controllers until both streams end (they run until the task is
@@ -184,6 +210,10 @@ impl Reconciler {
         let binding_controller =
             Controller::for_stream(binding_stream, binding_reader).with_config(config);
         let (pod_store, binding_store) = (pod_controller.store(), binding_controller.store());
+        let _ = self.caches.set(Caches {
+            pods: pod_store.clone(),
+            bindings: binding_store.clone(),
+        });
         let ready = async move {
             let (a, b) = tokio::join!(
                 pod_store.wait_until_ready(),
