@@ -5,6 +5,7 @@
 //! It is not where decisions are made: placement, fallback and pricing live in the broker and the
 //! policy engines, cloud APIs in the providers.
 
+pub mod callback;
 pub mod crd;
 pub mod metrics;
 pub mod naming;
@@ -13,6 +14,7 @@ pub mod policy_cli;
 pub mod provider_cli;
 pub mod reconcile;
 pub mod run;
+pub mod runner;
 pub mod smoke;
 pub mod sweeper;
 pub mod vnode;

@@ -1,0 +1,244 @@
+//! A binding's log: a bounded ring of lines a runner appended, and readers with the kubelet's
+//! `/containerLogs` options (`follow`, `tailLines`, `limitBytes`, `sinceSeconds`, `timestamps`).
+//!
+//! Each line gets a sequence number; followers wait on a `watch` of the next number and read
+//! what they have not seen, so a slow reader never blocks the writer and never sees a line twice.
+//! Lines evicted before a follower reads them are skipped.
+//!
+//! Not the HTTP of either side: the callback server appends, the kubelet API (later) reads.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, SecondsFormat, Utc};
+use futures::Stream;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use super::wire::{LogRecord, LogStream};
+
+/// How much of a binding's log is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLimits {
+    /// Total bytes of line text kept (oldest lines are dropped first).
+    pub max_bytes: usize,
+    /// Lines kept.
+    pub max_lines: usize,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 10 * 1024 * 1024,
+            max_lines: 100_000,
+        }
+    }
+}
+
+/// The kubelet's `/containerLogs` query options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Keep streaming new lines until the workload exits.
+    pub follow: bool,
+    /// Only the last N lines present when reading starts.
+    pub tail_lines: Option<usize>,
+    /// Stop after this many bytes of output (may cut a line).
+    pub limit_bytes: Option<usize>,
+    /// Only lines from the last N seconds.
+    pub since_seconds: Option<u64>,
+    /// Prefix each line with its RFC 3339 time (nanoseconds) and a space.
+    pub timestamps: bool,
+}
+
+/// One stored line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    /// Sequence number within the binding's log.
+    pub seq: u64,
+    /// When the runner read it.
+    pub ts: DateTime<Utc>,
+    /// Which stream.
+    pub stream: LogStream,
+    /// Text without the newline.
+    pub line: String,
+}
+
+#[derive(Debug)]
+struct Ring {
+    lines: VecDeque<LogLine>,
+    bytes: usize,
+    next_seq: u64,
+    closed: bool,
+}
+
+/// One binding's bounded log.
+#[derive(Debug)]
+pub struct LogBuffer {
+    limits: LogLimits,
+    ring: Mutex<Ring>,
+    next: watch::Sender<u64>,
+}
+
+impl LogBuffer {
+    /// An empty log.
+    pub fn new(limits: LogLimits) -> Self {
+        let ring = Ring {
+            lines: VecDeque::new(),
+            bytes: 0,
+            next_seq: 0,
+            closed: false,
+        };
+        Self {
+            limits,
+            ring: Mutex::new(ring),
+            next: watch::Sender::new(0),
+        }
+    }
+
+    /// Appends a line, dropping the oldest beyond the limits. Ignored once closed.
+    pub fn append(&self, record: LogRecord) {
+        let mut ring = self.ring.lock();
+        if ring.closed {
+            return;
+        }
+        let seq = ring.next_seq;
+        ring.next_seq += 1;
+        ring.bytes += record.line.len();
+        ring.lines.push_back(LogLine {
+            seq,
+            ts: record.ts,
+            stream: record.stream,
+            line: record.line,
+        });
+        while ring.lines.len() > self.limits.max_lines
+            || (ring.bytes > self.limits.max_bytes && ring.lines.len() > 1)
+        {
+            if let Some(old) = ring.lines.pop_front() {
+                ring.bytes -= old.line.len();
+            }
+        }
+        self.next.send_replace(ring.next_seq);
+    }
+
+    /// Ends the log: followers finish once they have read everything. Idempotent.
+    pub fn close(&self) {
+        self.ring.lock().closed = true;
+        self.next.send_modify(|_| {});
+    }
+
+    /// Every stored line, oldest first.
+    pub fn lines(&self) -> Vec<LogLine> {
+        self.ring.lock().lines.iter().cloned().collect()
+    }
+
+    /// The log as the kubelet would serve it, one chunk per line.
+    pub fn read(self: &Arc<Self>, options: LogOptions) -> impl Stream<Item = Bytes> + Send + use<> {
+        let first = self.initial(&options);
+        let reader = Reader {
+            log: self.clone(),
+            options,
+            wake: self.next.subscribe(),
+            after: first.after,
+            pending: first.lines.into(),
+            budget: options.limit_bytes,
+        };
+        futures::stream::unfold(reader, |mut reader| async move {
+            let chunk = reader.next_chunk().await?;
+            Some((chunk, reader))
+        })
+    }
+
+    fn initial(&self, options: &LogOptions) -> Initial {
+        let ring = self.ring.lock();
+        let since = options
+            .since_seconds
+            .map(|s| Utc::now() - chrono::Duration::seconds(s.min(i64::MAX as u64) as i64));
+        let mut lines: Vec<LogLine> = ring
+            .lines
+            .iter()
+            .filter(|l| since.is_none_or(|since| l.ts >= since))
+            .cloned()
+            .collect();
+        if let Some(tail) = options.tail_lines {
+            lines.drain(..lines.len().saturating_sub(tail));
+        }
+        Initial {
+            lines,
+            after: ring.next_seq,
+        }
+    }
+
+    /// Lines with `seq >= from`, and whether the log is closed.
+    fn since(&self, from: u64) -> (Vec<LogLine>, u64, bool) {
+        let ring = self.ring.lock();
+        let lines = ring
+            .lines
+            .iter()
+            .filter(|l| l.seq >= from)
+            .cloned()
+            .collect();
+        (lines, ring.next_seq, ring.closed)
+    }
+}
+
+struct Initial {
+    lines: Vec<LogLine>,
+    after: u64,
+}
+
+struct Reader {
+    log: Arc<LogBuffer>,
+    options: LogOptions,
+    wake: watch::Receiver<u64>,
+    /// The first sequence number not yet taken from the ring.
+    after: u64,
+    pending: VecDeque<LogLine>,
+    budget: Option<usize>,
+}
+
+impl Reader {
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.budget == Some(0) {
+            return None;
+        }
+        loop {
+            if let Some(line) = self.pending.pop_front() {
+                return Some(self.render(&line));
+            }
+            if !self.options.follow {
+                return None;
+            }
+            let (lines, next, closed) = self.log.since(self.after);
+            self.after = next;
+            if lines.is_empty() {
+                if closed {
+                    return None;
+                }
+                self.wake.changed().await.ok()?;
+                continue;
+            }
+            self.pending.extend(lines);
+        }
+    }
+
+    fn render(&mut self, line: &LogLine) -> Bytes {
+        let mut out = String::with_capacity(line.line.len() + 40);
+        if self.options.timestamps {
+            out.push_str(&line.ts.to_rfc3339_opts(SecondsFormat::Nanos, true));
+            out.push(' ');
+        }
+        out.push_str(&line.line);
+        out.push('\n');
+        let mut bytes = out.into_bytes();
+        if let Some(budget) = self.budget.as_mut() {
+            bytes.truncate(*budget);
+            *budget -= bytes.len();
+        }
+        Bytes::from(bytes)
+    }
+}
+
+#[cfg(test)]
+#[path = "logs_tests.rs"]
+mod tests;

@@ -1,0 +1,112 @@
+//! The runner callback: how a VM rented without a container runtime of ours (Lambda Cloud) gets
+//! its workload and reports back. The node [`register`](CallbackHandle::register)s a binding's
+//! [`Workload`] and gets a one-time bootstrap token to put in the VM's `user_data`
+//! ([`crate::runner::render_user_data`]); the runner on the VM exchanges it over TLS for a
+//! short-lived session, fetches the workload, reports its state, heartbeats and streams logs.
+//! The node learns what happened from a channel of [`RunnerEvent`]s and reads logs with
+//! [`CallbackHandle::read_logs`].
+//!
+//! Not the reconciler: deciding what a `Lost` or `Exited` binding means for its Pod is the
+//! node's job. Not the runner itself: see [`crate::runner`].
+
+mod logs;
+mod ratelimit;
+mod server;
+mod state;
+mod tls;
+pub mod tokens;
+mod wire;
+
+use std::time::Duration;
+
+pub use logs::{LogBuffer, LogLimits, LogLine, LogOptions};
+pub use ratelimit::RateLimit;
+pub use server::CallbackServer;
+pub use state::CallbackHandle;
+pub use tls::TlsMaterial;
+pub use tokens::{BootstrapToken, Secret, SessionToken, TokenError};
+pub use wire::{
+    EnvVar, ErrorBody, LogRecord, LogStream, RunnerState, StatusReport, TokenRequest,
+    TokenResponse, Workload,
+};
+
+/// The trust domain of session SPIFFE IDs unless configured otherwise.
+pub const DEFAULT_TRUST_DOMAIN: &str = "neocloud.local";
+
+/// How the callback server behaves.
+#[derive(Debug, Clone)]
+pub struct CallbackConfig {
+    /// Address to listen on (port 0 picks one).
+    pub listen: std::net::SocketAddr,
+    /// Trust domain of the sessions' SPIFFE IDs.
+    pub trust_domain: String,
+    /// Lifetime of bootstrap tokens (10 min by default).
+    pub bootstrap_ttl: Duration,
+    /// Lifetime of session tokens (15 min by default).
+    pub session_ttl: Duration,
+    /// A runner that authenticated and then is silent this long is reported `Lost` (60 s).
+    pub heartbeat_timeout: Duration,
+    /// Per-binding log size.
+    pub log_limits: LogLimits,
+    /// Token exchanges per client IP.
+    pub token_rate_per_ip: RateLimit,
+    /// Authenticated requests per binding.
+    pub request_rate_per_binding: RateLimit,
+}
+
+impl Default for CallbackConfig {
+    fn default() -> Self {
+        Self {
+            listen: std::net::SocketAddr::from(([0, 0, 0, 0], 8443)),
+            trust_domain: DEFAULT_TRUST_DOMAIN.to_string(),
+            bootstrap_ttl: tokens::DEFAULT_BOOTSTRAP_TTL,
+            session_ttl: tokens::DEFAULT_SESSION_TTL,
+            heartbeat_timeout: Duration::from_secs(60),
+            log_limits: LogLimits::default(),
+            token_rate_per_ip: RateLimit {
+                burst: 10,
+                per_second: 1.0,
+            },
+            request_rate_per_binding: RateLimit {
+                burst: 100,
+                per_second: 20.0,
+            },
+        }
+    }
+}
+
+/// What the node learns about a binding's runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerEvent {
+    /// The binding.
+    pub uid: String,
+    /// What happened.
+    pub kind: RunnerEventKind,
+}
+
+/// The kinds of [`RunnerEvent`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunnerEventKind {
+    /// The runner reported a state.
+    State(StatusReport),
+    /// The runner authenticated, then sent no heartbeat for the heartbeat timeout. Sent once
+    /// per registration; the runner is not trusted again until the binding is re-registered.
+    Lost,
+}
+
+/// Errors of the callback server and its handle. Messages never contain a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum CallbackError {
+    /// The binding is not registered.
+    #[error("binding {0} is not registered with the runner callback")]
+    NotRegistered(String),
+    /// A token could not be issued (for example, a uid that cannot be part of a SPIFFE ID).
+    #[error("failed to issue a token: {0}")]
+    Token(#[from] TokenError),
+    /// TLS material could not be made or loaded.
+    #[error("runner callback TLS: {0}")]
+    Tls(String),
+    /// The listening socket could not be opened.
+    #[error("runner callback: {0}")]
+    Bind(String),
+}

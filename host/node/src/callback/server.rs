@@ -1,0 +1,302 @@
+//! The callback's HTTPS API (JSON; TLS only, there is no plain-HTTP listener):
+//!
+//! - `POST /v1/token` `{"bootstrapToken"}` → `{"sessionToken", "expiresAt", "spiffeId"}`;
+//!   rate limited per client IP.
+//! - `POST /v1/token/refresh` (Bearer) → a fresh session for the same binding.
+//! - `GET /v1/workload` (Bearer) → the [`Workload`](super::Workload), env values included.
+//! - `POST /v1/status` (Bearer) [`StatusReport`](super::StatusReport).
+//! - `POST /v1/heartbeat` (Bearer) → 204.
+//! - `POST /v1/logs` (Bearer) newline-delimited [`LogRecord`]s, streamed.
+//!
+//! A session names exactly one binding and no route takes a binding from the request, so a
+//! runner can only ever read or write its own binding. Authenticated routes are rate limited per
+//! binding. Errors are `{"error": "..."}` and never echo a token or an env value.
+//!
+//! Not the kubelet API that serves logs to `kubectl logs`: that reads through
+//! [`CallbackHandle::read_logs`](super::CallbackHandle::read_logs).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::state::{CallbackHandle, State as Shared, monitor_heartbeats};
+use super::tls::{ClientAddr, TlsListener, TlsMaterial};
+use super::tokens::{IssuedSession, TokenError};
+use super::wire::{ErrorBody, LogRecord, StatusReport, TokenRequest, TokenResponse};
+use super::{CallbackConfig, CallbackError, RunnerEvent};
+
+/// The longest accepted log record (one NDJSON line), in bytes.
+const MAX_LOG_RECORD: usize = 256 * 1024;
+
+type AppState = State<Arc<Shared>>;
+
+/// A running callback server.
+#[derive(Debug)]
+pub struct CallbackServer {
+    handle: CallbackHandle,
+    local_addr: SocketAddr,
+    cert_pem: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl CallbackServer {
+    /// Binds `config.listen`, serves HTTPS with `tls`, and returns the server with the channel
+    /// of runner events (which the node must drain; a full channel slows runners' reports).
+    pub async fn start(
+        config: CallbackConfig,
+        tls: &TlsMaterial,
+    ) -> Result<(Self, mpsc::Receiver<RunnerEvent>), CallbackError> {
+        let tcp = TcpListener::bind(config.listen).await.map_err(|e| {
+            CallbackError::Bind(format!("failed to listen on {}: {e}", config.listen))
+        })?;
+        let listener = TlsListener::new(tcp, tls)?;
+        let local_addr = axum::serve::Listener::local_addr(&listener)
+            .map_err(|e| CallbackError::Bind(e.to_string()))?;
+        let (events_tx, events) = mpsc::channel(1024);
+        let timeout = config.heartbeat_timeout;
+        let state = Arc::new(Shared::new(config, events_tx)?);
+        tokio::spawn(monitor_heartbeats(Arc::downgrade(&state), timeout));
+        let app = routes(state.clone()).into_make_service_with_connect_info::<ClientAddr>();
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "callback: server failed");
+            }
+        });
+        tracing::info!(addr = %local_addr, "callback: serving runners over TLS");
+        let server = Self {
+            handle: CallbackHandle(state),
+            local_addr,
+            cert_pem: tls.cert_pem().to_string(),
+            stop: Some(stop),
+            task,
+        };
+        Ok((server, events))
+    }
+
+    /// The handle to register workloads and read logs.
+    pub fn handle(&self) -> CallbackHandle {
+        self.handle.clone()
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The certificate runners must trust, in PEM.
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// Stops accepting, lets requests in flight finish, and waits.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for CallbackServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn routes(state: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/token", post(token))
+        .route("/v1/token/refresh", post(refresh))
+        .route("/v1/workload", get(workload))
+        .route("/v1/status", post(status))
+        .route("/v1/heartbeat", post(heartbeat))
+        .route("/v1/logs", post(logs))
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = ErrorBody {
+        error: message.into(),
+    };
+    (status, Json(body)).into_response()
+}
+
+fn refusal(e: &CallbackError) -> Response {
+    let status = match e {
+        CallbackError::Token(TokenError::InvalidName { .. }) => StatusCode::BAD_REQUEST,
+        CallbackError::Token(_) => StatusCode::UNAUTHORIZED,
+        CallbackError::NotRegistered(_) => StatusCode::FORBIDDEN,
+        CallbackError::Tls(_) | CallbackError::Bind(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e.to_string())
+}
+
+fn no_store(mut response: Response) -> Response {
+    let value = HeaderValue::from_static("no-store");
+    response.headers_mut().insert(header::CACHE_CONTROL, value);
+    response
+}
+
+fn session_response(session: IssuedSession) -> Response {
+    no_store(
+        Json(TokenResponse {
+            session_token: session.token.expose().to_string(),
+            expires_at: session.expires_at,
+            spiffe_id: session.spiffe_id,
+        })
+        .into_response(),
+    )
+}
+
+async fn token(
+    State(state): AppState,
+    ConnectInfo(ClientAddr(peer)): ConnectInfo<ClientAddr>,
+    body: Bytes,
+) -> Response {
+    if !state.token_limiter.allow(&peer.ip()) {
+        tracing::warn!(%peer, "callback: token exchange rate limited");
+        return error(StatusCode::TOO_MANY_REQUESTS, "too many token requests");
+    }
+    let Ok(request) = serde_json::from_slice::<TokenRequest>(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "request body must be {\"bootstrapToken\": string}",
+        );
+    };
+    match state.exchange(&request.bootstrap_token) {
+        Ok(session) => {
+            tracing::info!(%peer, spiffe_id = %session.spiffe_id, "callback: runner authenticated");
+            session_response(session)
+        }
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "callback: token exchange refused");
+            refusal(&e)
+        }
+    }
+}
+
+/// The binding a request's session token proves; rate limited per binding.
+struct Authed(String);
+
+impl FromRequestParts<Arc<Shared>> for Authed {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<Shared>,
+    ) -> Result<Self, Self::Rejection> {
+        let bearer = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| error(StatusCode::UNAUTHORIZED, "missing bearer session token"))?;
+        let uid = state.authenticate(bearer.trim()).map_err(|e| {
+            tracing::warn!(path = %parts.uri.path(), error = %e, "callback: request refused");
+            refusal(&e)
+        })?;
+        if !state.request_limiter.allow(&uid) {
+            tracing::warn!(binding = %uid, "callback: requests rate limited");
+            return Err(error(StatusCode::TOO_MANY_REQUESTS, "too many requests"));
+        }
+        Ok(Self(uid))
+    }
+}
+
+async fn refresh(State(state): AppState, Authed(uid): Authed) -> Response {
+    session_response(state.refresh(&uid))
+}
+
+async fn workload(State(state): AppState, Authed(uid): Authed) -> Response {
+    match state.workload(&uid) {
+        Ok(workload) => no_store(Json(workload).into_response()),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn status(State(state): AppState, Authed(uid): Authed, body: Bytes) -> Response {
+    let report: StatusReport = match serde_json::from_slice(&body) {
+        Ok(report) => report,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid status: {e}")),
+    };
+    tracing::info!(binding = %uid, state = ?report.state, exit_code = ?report.exit_code, "callback: runner state");
+    match state.report(&uid, report).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn heartbeat(State(state): AppState, Authed(uid): Authed) -> Response {
+    match state.heartbeat(&uid) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn logs(State(state): AppState, Authed(uid): Authed, body: Body) -> Response {
+    let mut chunks = body.into_data_stream();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut accepted = 0usize;
+    while let Some(chunk) = chunks.next().await {
+        let Ok(chunk) = chunk else {
+            return error(StatusCode::BAD_REQUEST, "failed to read the log stream");
+        };
+        pending.extend_from_slice(&chunk);
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            if let Err((status, message)) = ingest(&state, &uid, &line[..end], &mut accepted) {
+                return error(status, message);
+            }
+        }
+        if pending.len() > MAX_LOG_RECORD {
+            let message = format!("log record longer than {MAX_LOG_RECORD} bytes");
+            return error(StatusCode::PAYLOAD_TOO_LARGE, message);
+        }
+    }
+    if let Err((status, message)) = ingest(&state, &uid, &pending, &mut accepted) {
+        return error(status, message);
+    }
+    Json(serde_json::json!({ "accepted": accepted })).into_response()
+}
+
+/// Appends one NDJSON record; `Err` is the status and message to answer with.
+fn ingest(
+    state: &Shared,
+    uid: &str,
+    line: &[u8],
+    accepted: &mut usize,
+) -> Result<(), (StatusCode, String)> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    let record: LogRecord = serde_json::from_slice(line).map_err(|e| {
+        let message = format!("log record {} is not valid: {e}", *accepted + 1);
+        (StatusCode::BAD_REQUEST, message)
+    })?;
+    state
+        .append_log(uid, record)
+        .map_err(|e| (StatusCode::FORBIDDEN, e.to_string()))?;
+    *accepted += 1;
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "server_tests.rs"]
+mod tests;

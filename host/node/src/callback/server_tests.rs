@@ -1,0 +1,283 @@
+use std::time::Duration;
+
+use super::*;
+use crate::callback::{
+    EnvVar, LogOptions, LogStream, RateLimit, RunnerEventKind, RunnerState, Secret, Workload,
+};
+use crate::runner::CallbackClient;
+
+const SECRET_ENV: &str = "sk-live-very-secret-value";
+
+fn config() -> CallbackConfig {
+    CallbackConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        heartbeat_timeout: Duration::from_millis(400),
+        ..CallbackConfig::default()
+    }
+}
+
+async fn start(config: CallbackConfig) -> (CallbackServer, mpsc::Receiver<RunnerEvent>) {
+    let tls = TlsMaterial::self_signed(&["127.0.0.1".into(), "localhost".into()]).expect("cert");
+    CallbackServer::start(config, &tls).await.expect("start")
+}
+
+fn url(server: &CallbackServer) -> String {
+    format!("https://127.0.0.1:{}", server.local_addr().port())
+}
+
+fn client(server: &CallbackServer) -> CallbackClient {
+    CallbackClient::new(&url(server), server.cert_pem().as_bytes()).expect("client")
+}
+
+fn raw(server: &CallbackServer) -> reqwest::Client {
+    let cert = reqwest::Certificate::from_pem(server.cert_pem().as_bytes()).expect("pem");
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(cert)
+        .build()
+        .expect("client")
+}
+
+fn workload(name: &str) -> Workload {
+    Workload {
+        image: format!("example/{name}"),
+        command: vec!["run".into()],
+        env: vec![EnvVar::new("API_KEY", SECRET_ENV)],
+        ..Workload::default()
+    }
+}
+
+#[tokio::test]
+async fn a_session_reaches_only_its_own_binding() {
+    let (server, mut events) = start(config()).await;
+    let handle = server.handle();
+    let token_a = handle.register("uid-a", workload("a")).expect("a");
+    handle.register("uid-b", workload("b")).expect("b");
+    let a = client(&server);
+    let spiffe = a.exchange(&token_a).await.expect("exchange");
+    assert_eq!(spiffe, "spiffe://neocloud.local/neocloud/binding/uid-a");
+    let got = a.workload().await.expect("workload");
+    assert_eq!(got, workload("a"));
+    let report = StatusReport {
+        state: RunnerState::Running,
+        exit_code: None,
+        message: None,
+    };
+    a.status(&report).await.expect("status");
+    let event = events.recv().await.expect("event");
+    assert_eq!(event.uid, "uid-a");
+    assert_eq!(event.kind, RunnerEventKind::State(report));
+}
+
+#[tokio::test]
+async fn a_session_of_an_unregistered_binding_is_refused() {
+    let (server, _events) = start(config()).await;
+    let handle = server.handle();
+    let token = handle.register("uid-a", workload("a")).expect("a");
+    let a = client(&server);
+    a.exchange(&token).await.expect("exchange");
+    handle.unregister("uid-a");
+    let err = a.workload().await.expect_err("unregistered");
+    assert!(err.is_forbidden(), "{err}");
+}
+
+#[tokio::test]
+async fn requests_without_a_valid_session_are_refused() {
+    let (server, _events) = start(config()).await;
+    let http = raw(&server);
+    for auth in [None, Some("Bearer nope"), Some("Basic abc")] {
+        let mut request = http.get(format!("{}/v1/workload", url(&server)));
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        let response = request.send().await.expect("send");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{auth:?}");
+    }
+}
+
+#[tokio::test]
+async fn token_exchange_is_rate_limited_per_client_ip() {
+    let mut config = config();
+    config.token_rate_per_ip = RateLimit {
+        burst: 2,
+        per_second: 0.01,
+    };
+    let (server, _events) = start(config).await;
+    let http = raw(&server);
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let response = http
+            .post(format!("{}/v1/token", url(&server)))
+            .json(&serde_json::json!({ "bootstrapToken": "wrong" }))
+            .send()
+            .await
+            .expect("send");
+        statuses.push(response.status());
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::UNAUTHORIZED,
+            StatusCode::UNAUTHORIZED,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+#[tokio::test]
+async fn requests_are_rate_limited_per_binding() {
+    let mut config = config();
+    config.request_rate_per_binding = RateLimit {
+        burst: 2,
+        per_second: 0.01,
+    };
+    let (server, _events) = start(config).await;
+    let a = client(&server);
+    let token = server.handle().register("uid-a", workload("a")).expect("a");
+    a.exchange(&token).await.expect("exchange");
+    a.heartbeat().await.expect("1");
+    a.heartbeat().await.expect("2");
+    let err = a.heartbeat().await.expect_err("3");
+    assert!(err.to_string().contains("429"), "{err}");
+}
+
+#[tokio::test]
+async fn silent_runner_is_reported_lost_once_and_only_after_authenticating() {
+    let (server, mut events) = start(config()).await;
+    let handle = server.handle();
+    let token = handle.register("uid-a", workload("a")).expect("a");
+    handle.register("never-started", workload("b")).expect("b");
+    client(&server).exchange(&token).await.expect("exchange");
+    let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
+        .await
+        .expect("lost in time")
+        .expect("event");
+    assert_eq!(event.uid, "uid-a");
+    assert_eq!(event.kind, RunnerEventKind::Lost);
+    let more = tokio::time::timeout(Duration::from_millis(800), events.recv()).await;
+    assert!(more.is_err(), "a second event: {more:?}");
+}
+
+#[tokio::test]
+async fn heartbeats_keep_a_runner_alive() {
+    let (server, mut events) = start(config()).await;
+    let token = server.handle().register("uid-a", workload("a")).expect("a");
+    let a = client(&server);
+    a.exchange(&token).await.expect("exchange");
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        a.heartbeat().await.expect("heartbeat");
+    }
+    assert!(events.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn logs_are_appended_from_ndjson_and_bad_records_refused() {
+    let (server, _events) = start(config()).await;
+    let handle = server.handle();
+    let token = handle.register("uid-a", workload("a")).expect("a");
+    let a = client(&server);
+    a.exchange(&token).await.expect("exchange");
+    let body = "{\"ts\":\"2026-01-01T00:00:00.000000001Z\",\"stream\":\"stdout\",\"line\":\"one\"}\n\
+                {\"ts\":\"2026-01-01T00:00:01Z\",\"stream\":\"stderr\",\"line\":\"two\"}\n";
+    let stream = futures::stream::iter([Ok(Bytes::from(body))]);
+    a.logs(stream).await.expect("logs");
+    let lines = handle.log_lines("uid-a").expect("lines");
+    let got: Vec<(LogStream, &str)> = lines.iter().map(|l| (l.stream, l.line.as_str())).collect();
+    assert_eq!(
+        got,
+        [(LogStream::Stdout, "one"), (LogStream::Stderr, "two")]
+    );
+    let read: Vec<Bytes> = handle
+        .read_logs("uid-a", LogOptions::default())
+        .expect("read")
+        .collect()
+        .await;
+    assert_eq!(read.concat(), b"one\ntwo\n");
+    let bad = futures::stream::iter([Ok(Bytes::from("not json\n"))]);
+    let err = a.logs(bad).await.expect_err("bad record");
+    assert!(err.to_string().contains("400"), "{err}");
+}
+
+#[tokio::test]
+async fn session_can_be_refreshed() {
+    let (server, _events) = start(config()).await;
+    let token = server.handle().register("uid-a", workload("a")).expect("a");
+    let http = raw(&server);
+    let session: TokenResponse = http
+        .post(format!("{}/v1/token", url(&server)))
+        .json(&serde_json::json!({ "bootstrapToken": token.expose() }))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    let refreshed: TokenResponse = http
+        .post(format!("{}/v1/token/refresh", url(&server)))
+        .bearer_auth(&session.session_token)
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_ne!(refreshed.session_token, session.session_token);
+    assert_eq!(refreshed.spiffe_id, session.spiffe_id);
+}
+
+#[derive(Clone, Default)]
+struct Capture(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn no_secret_appears_in_traces_errors_or_debug() {
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let secrets = runtime.block_on(exercise_every_path());
+    let traced = String::from_utf8_lossy(&capture.0.lock()).into_owned();
+    assert!(traced.contains("runner authenticated"), "{traced}");
+    for secret in secrets {
+        assert!(!traced.contains(&secret), "secret in traces: {traced}");
+    }
+}
+
+/// Runs success and refusal paths, checks errors and Debug output, returns the secrets seen.
+async fn exercise_every_path() -> Vec<String> {
+    let (server, _events) = start(config()).await;
+    let handle = server.handle();
+    let token = handle.register("uid-a", workload("a")).expect("a");
+    let a = client(&server);
+    a.exchange(&token).await.expect("exchange");
+    let fetched = a.workload().await.expect("workload");
+    let replay = client(&server).exchange(&token).await.expect_err("replay");
+    let wrong = client(&server)
+        .exchange(&Secret::new(format!("{}x", token.expose())))
+        .await
+        .expect_err("wrong");
+    let shown = format!("{replay} {replay:?} {wrong} {wrong:?} {fetched:?} {token:?} {a:?}");
+    assert!(!shown.contains(token.expose()), "{shown}");
+    assert!(!shown.contains(SECRET_ENV), "{shown}");
+    let session = format!("{:?}", handle.0);
+    assert!(!session.contains(token.expose()));
+    vec![token.expose().to_string(), SECRET_ENV.to_string()]
+}

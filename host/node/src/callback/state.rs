@@ -1,0 +1,221 @@
+//! The callback's state: registered bindings with their workload, log and liveness, the token
+//! stores, and the heartbeat monitor that reports silent runners as `Lost`.
+//!
+//! Not HTTP: the server's handlers call these methods with the uid a session token proved.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::Stream;
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+use super::logs::{LogBuffer, LogLine, LogOptions};
+use super::ratelimit::Limiter;
+use super::tokens::{BootstrapToken, BootstrapTokens, IssuedSession, SessionSigner};
+use super::wire::{LogRecord, RunnerState, StatusReport, Workload};
+use super::{CallbackConfig, CallbackError, RunnerEvent, RunnerEventKind};
+
+#[derive(Debug)]
+struct Entry {
+    workload: Workload,
+    logs: Arc<LogBuffer>,
+    /// Set when the runner first authenticates, refreshed by heartbeats and reports.
+    last_seen: Option<Instant>,
+    lost: bool,
+    exited: bool,
+}
+
+/// Shared state of one callback server.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub config: CallbackConfig,
+    bootstrap: BootstrapTokens,
+    signer: SessionSigner,
+    bindings: Mutex<HashMap<String, Entry>>,
+    events: mpsc::Sender<RunnerEvent>,
+    pub token_limiter: Limiter<IpAddr>,
+    pub request_limiter: Limiter<String>,
+}
+
+/// What the node holds to register workloads and read logs; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct CallbackHandle(pub(crate) Arc<State>);
+
+impl CallbackHandle {
+    /// Registers (or re-registers) a binding's workload and returns a fresh one-time bootstrap
+    /// token for its `user_data`. Re-registering replaces the workload, invalidates the previous
+    /// bootstrap token, starts an empty log and clears `Lost`.
+    pub fn register(&self, uid: &str, workload: Workload) -> Result<BootstrapToken, CallbackError> {
+        let token = self.0.bootstrap.issue(uid)?;
+        let entry = Entry {
+            workload,
+            logs: Arc::new(LogBuffer::new(self.0.config.log_limits)),
+            last_seen: None,
+            lost: false,
+            exited: false,
+        };
+        if let Some(old) = self.0.bindings.lock().insert(uid.to_string(), entry) {
+            old.logs.close();
+        }
+        tracing::debug!(binding = uid, "callback: registered a workload");
+        Ok(token)
+    }
+
+    /// Forgets a binding: its bootstrap token and sessions stop working and followers of its
+    /// log finish. Idempotent.
+    pub fn unregister(&self, uid: &str) {
+        self.0.bootstrap.revoke(uid);
+        if let Some(old) = self.0.bindings.lock().remove(uid) {
+            old.logs.close();
+        }
+    }
+
+    /// The binding's log as the kubelet's `/containerLogs` would serve it.
+    pub fn read_logs(
+        &self,
+        uid: &str,
+        options: LogOptions,
+    ) -> Result<impl Stream<Item = Bytes> + Send + use<>, CallbackError> {
+        Ok(self.0.logs(uid)?.read(options))
+    }
+
+    /// Every stored log line of a binding, with its stream.
+    pub fn log_lines(&self, uid: &str) -> Result<Vec<LogLine>, CallbackError> {
+        Ok(self.0.logs(uid)?.lines())
+    }
+}
+
+impl State {
+    pub fn new(
+        config: CallbackConfig,
+        events: mpsc::Sender<RunnerEvent>,
+    ) -> Result<Self, CallbackError> {
+        Ok(Self {
+            bootstrap: BootstrapTokens::new(config.bootstrap_ttl),
+            signer: SessionSigner::new(&config.trust_domain, config.session_ttl)?,
+            bindings: Mutex::new(HashMap::new()),
+            events,
+            token_limiter: Limiter::new(config.token_rate_per_ip),
+            request_limiter: Limiter::new(config.request_rate_per_binding),
+            config,
+        })
+    }
+
+    fn logs(&self, uid: &str) -> Result<Arc<LogBuffer>, CallbackError> {
+        let bindings = self.bindings.lock();
+        let entry = bindings
+            .get(uid)
+            .ok_or_else(|| CallbackError::NotRegistered(uid.to_string()))?;
+        Ok(entry.logs.clone())
+    }
+
+    /// Exchanges a bootstrap token for a session; the binding must still be registered.
+    pub fn exchange(&self, bootstrap: &str) -> Result<IssuedSession, CallbackError> {
+        let uid = self.bootstrap.consume(bootstrap)?;
+        let mut bindings = self.bindings.lock();
+        let entry = bindings
+            .get_mut(&uid)
+            .ok_or_else(|| CallbackError::NotRegistered(uid.clone()))?;
+        entry.last_seen = Some(Instant::now());
+        Ok(self.signer.issue(&uid))
+    }
+
+    /// Issues a fresh session for a binding whose current session is still valid.
+    pub fn refresh(&self, uid: &str) -> IssuedSession {
+        self.signer.issue(uid)
+    }
+
+    /// The binding a session token names, if that binding is registered and not lost.
+    pub fn authenticate(&self, session: &str) -> Result<String, CallbackError> {
+        let uid = self.signer.verify(session)?;
+        let bindings = self.bindings.lock();
+        match bindings.get(&uid) {
+            Some(entry) if !entry.lost => Ok(uid),
+            _ => Err(CallbackError::NotRegistered(uid)),
+        }
+    }
+
+    pub fn workload(&self, uid: &str) -> Result<Workload, CallbackError> {
+        self.touch(uid, |entry| entry.workload.clone())
+    }
+
+    pub fn heartbeat(&self, uid: &str) -> Result<(), CallbackError> {
+        self.touch(uid, |_| ())
+    }
+
+    pub async fn report(&self, uid: &str, report: StatusReport) -> Result<(), CallbackError> {
+        let exited = report.state == RunnerState::Exited;
+        let logs = self.touch(uid, |entry| {
+            entry.exited |= exited;
+            entry.logs.clone()
+        })?;
+        if exited {
+            logs.close();
+        }
+        self.emit(uid, RunnerEventKind::State(report)).await;
+        Ok(())
+    }
+
+    pub fn append_log(&self, uid: &str, record: LogRecord) -> Result<(), CallbackError> {
+        self.logs(uid)?.append(record);
+        Ok(())
+    }
+
+    fn touch<T>(&self, uid: &str, f: impl FnOnce(&mut Entry) -> T) -> Result<T, CallbackError> {
+        let mut bindings = self.bindings.lock();
+        let entry = bindings
+            .get_mut(uid)
+            .ok_or_else(|| CallbackError::NotRegistered(uid.to_string()))?;
+        entry.last_seen = Some(Instant::now());
+        Ok(f(entry))
+    }
+
+    async fn emit(&self, uid: &str, kind: RunnerEventKind) {
+        let event = RunnerEvent {
+            uid: uid.to_string(),
+            kind,
+        };
+        if self.events.send(event).await.is_err() {
+            tracing::debug!(binding = uid, "callback: nobody listens to runner events");
+        }
+    }
+
+    /// Marks silent runners lost and returns their uids.
+    fn sweep_silent(&self, now: Instant) -> Vec<String> {
+        let timeout = self.config.heartbeat_timeout;
+        let mut bindings = self.bindings.lock();
+        let mut lost = Vec::new();
+        for (uid, entry) in bindings.iter_mut() {
+            let silent = entry
+                .last_seen
+                .is_some_and(|seen| now.saturating_duration_since(seen) >= timeout);
+            if silent && !entry.lost && !entry.exited {
+                entry.lost = true;
+                entry.logs.close();
+                lost.push(uid.clone());
+            }
+        }
+        lost
+    }
+}
+
+/// Reports runners that went silent; ends when the state is dropped.
+pub(crate) async fn monitor_heartbeats(state: Weak<State>, timeout: Duration) {
+    let period = (timeout / 4).clamp(Duration::from_millis(20), Duration::from_secs(5));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        for uid in state.sweep_silent(Instant::now()) {
+            tracing::warn!(binding = %uid, "callback: runner sent no heartbeat in time; lost");
+            state.emit(&uid, RunnerEventKind::Lost).await;
+        }
+    }
+}

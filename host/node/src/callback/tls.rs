@@ -1,0 +1,167 @@
+//! The callback server's TLS: a certificate and key (from files, or self-signed for the node's
+//! advertised names when none is configured), and an axum [`Listener`] that completes TLS
+//! handshakes off the accept loop, so a slow or hostile client cannot stall other connections.
+//!
+//! Not client-certificate authentication: runners prove who they are with tokens.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::connect_info::Connected;
+use axum::serve::{IncomingStream, Listener};
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use super::CallbackError;
+
+/// How long a client has to finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The server's certificate chain and key, in PEM.
+#[derive(Clone)]
+pub struct TlsMaterial {
+    cert_pem: String,
+    key_pem: String,
+}
+
+impl fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsMaterial")
+            .field("cert_pem", &format!("{} bytes", self.cert_pem.len()))
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
+impl TlsMaterial {
+    /// A fresh self-signed certificate for `names` (DNS names or IP addresses), which runners
+    /// then trust directly (`--ca-pem-base64`).
+    pub fn self_signed(names: &[String]) -> Result<Self, CallbackError> {
+        let certified = rcgen::generate_simple_self_signed(names.to_vec())
+            .map_err(|e| CallbackError::Tls(format!("failed to generate a certificate: {e}")))?;
+        Ok(Self {
+            cert_pem: certified.cert.pem(),
+            key_pem: certified.signing_key.serialize_pem(),
+        })
+    }
+
+    /// A certificate chain and key read from PEM files.
+    pub fn from_files(cert: &Path, key: &Path) -> Result<Self, CallbackError> {
+        let read = |path: &Path| {
+            std::fs::read_to_string(path)
+                .map_err(|e| CallbackError::Tls(format!("failed to read {}: {e}", path.display())))
+        };
+        Ok(Self {
+            cert_pem: read(cert)?,
+            key_pem: read(key)?,
+        })
+    }
+
+    /// The certificate (chain) in PEM: what a runner must trust.
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    fn server_config(&self) -> Result<Arc<ServerConfig>, CallbackError> {
+        let certs = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| CallbackError::Tls(format!("failed to parse the certificate: {e}")))?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+            .map_err(|_| CallbackError::Tls("failed to parse the private key".into()))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| CallbackError::Tls(format!("failed to configure TLS: {e}")))?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| CallbackError::Tls(format!("failed to load the certificate: {e}")))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+/// The peer address of a TLS connection, for `ConnectInfo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub SocketAddr);
+
+impl Connected<IncomingStream<'_, TlsListener>> for ClientAddr {
+    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
+        Self(*stream.remote_addr())
+    }
+}
+
+/// Accepts TCP connections and hands over those whose TLS handshake completed.
+#[derive(Debug)]
+pub struct TlsListener {
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    /// Starts accepting on `tcp`; the accept task ends when the listener is dropped.
+    pub fn new(tcp: TcpListener, tls: &TlsMaterial) -> Result<Self, CallbackError> {
+        let local = tcp
+            .local_addr()
+            .map_err(|e| CallbackError::Bind(format!("failed to read the bound address: {e}")))?;
+        let acceptor = TlsAcceptor::from(tls.server_config()?);
+        let (tx, ready) = mpsc::channel(64);
+        tokio::spawn(accept_loop(tcp, acceptor, tx));
+        Ok(Self { ready, local })
+    }
+}
+
+async fn accept_loop(
+    tcp: TcpListener,
+    acceptor: TlsAcceptor,
+    tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = tcp.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "callback: failed to accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = tx.closed() => return,
+        };
+        let acceptor = acceptor.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => {
+                    let _ = tx.send((tls, peer)).await;
+                }
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "callback: TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "callback: TLS handshake timed out"),
+            }
+        });
+    }
+}
+
+impl Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(accepted) => accepted,
+            // The accept task only ends when this listener is dropped.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}

@@ -1,0 +1,375 @@
+//! The runner's credentials: one-time bootstrap tokens (carried in a VM's `user_data`) and the
+//! short-lived session tokens a runner gets in exchange for one.
+//!
+//! A bootstrap token is 32 random bytes, base64url without padding, bound to one binding. Only
+//! its SHA-256 is kept; it expires after a few minutes and is removed when consumed, so reading
+//! `user_data` later yields nothing usable. A session token is a compact HS256 JWT whose subject
+//! is the binding's SPIFFE ID (`spiffe://<trust-domain>/neocloud/binding/<uid>`), signed with a
+//! key that lives only in this process: restarting the node invalidates every session.
+//!
+//! Not HTTP and not authorization of routes: the server maps tokens to bindings with these types.
+
+use std::fmt;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use parking_lot::Mutex;
+use rand::RngCore;
+use ring::hmac;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// How long a bootstrap token is valid unless configured otherwise.
+pub const DEFAULT_BOOTSTRAP_TTL: Duration = Duration::from_secs(10 * 60);
+/// How long a session token is valid unless configured otherwise.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(15 * 60);
+/// Clock skew tolerated when checking a session's `iat` and `exp`.
+pub const CLOCK_SKEW: Duration = Duration::from_secs(30);
+
+/// Why a token was refused. Messages never contain the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// No live bootstrap token has this value.
+    #[error("bootstrap token is not valid")]
+    UnknownBootstrap,
+    /// The bootstrap token existed but its lifetime is over.
+    #[error("bootstrap token has expired")]
+    ExpiredBootstrap,
+    /// The bootstrap token was already exchanged once.
+    #[error("bootstrap token was already used (replayed)")]
+    ReplayedBootstrap,
+    /// The session token is not three base64url parts of the expected JSON.
+    #[error("session token is malformed")]
+    MalformedSession,
+    /// The session token's signature does not match (tampered, or from another process).
+    #[error("session token signature is not valid")]
+    BadSignature,
+    /// The session token's `exp` is in the past.
+    #[error("session token has expired")]
+    SessionExpired,
+    /// The session token was issued in the future (beyond the tolerated skew).
+    #[error("session token is not valid yet")]
+    SessionNotYetValid,
+    /// The subject is not a binding of this node's trust domain.
+    #[error("session token subject is not a binding of trust domain {expected}")]
+    ForeignTrustDomain {
+        /// This node's trust domain.
+        expected: String,
+    },
+    /// A binding uid or trust domain that cannot be part of a SPIFFE ID.
+    #[error("invalid {what} {value:?}: only ASCII letters, digits, '.', '-' and '_' are allowed")]
+    InvalidName {
+        /// "binding uid" or "trust domain".
+        what: &'static str,
+        /// The offending (non-secret) value.
+        value: String,
+    },
+}
+
+/// A secret token. `Debug` and `Display` never show the value; [`expose`](Self::expose) does.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret value, for the one place that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// A bootstrap token, as handed to the VM in its `user_data`.
+pub type BootstrapToken = Secret;
+/// A session token, as presented in `Authorization: Bearer`.
+pub type SessionToken = Secret;
+
+/// `a == b` in time that depends only on the lengths.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// Checks that `value` can be a SPIFFE path segment or trust domain.
+pub fn check_name(what: &'static str, value: &str) -> Result<(), TokenError> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+    if value.is_empty() || value.len() > 253 || !value.chars().all(ok) {
+        return Err(TokenError::InvalidName {
+            what,
+            value: value.to_string(),
+        });
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+struct Pending {
+    uid: String,
+    hash: [u8; 32],
+    expires: Instant,
+}
+
+#[derive(Debug, Default)]
+struct BootstrapInner {
+    pending: Vec<Pending>,
+    /// Hashes of consumed tokens, kept until their original expiry to name replays.
+    consumed: Vec<([u8; 32], Instant)>,
+}
+
+/// The live bootstrap tokens: at most one per binding, each usable once.
+#[derive(Debug)]
+pub struct BootstrapTokens {
+    ttl: Duration,
+    inner: Mutex<BootstrapInner>,
+}
+
+impl BootstrapTokens {
+    /// A store whose tokens live for `ttl`.
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            inner: Mutex::new(BootstrapInner::default()),
+        }
+    }
+
+    /// Issues a fresh token for `uid`, replacing any unused one. Calling it twice leaves only
+    /// the second token valid.
+    pub fn issue(&self, uid: &str) -> Result<BootstrapToken, TokenError> {
+        self.issue_at(uid, Instant::now())
+    }
+
+    fn issue_at(&self, uid: &str, now: Instant) -> Result<BootstrapToken, TokenError> {
+        check_name("binding uid", uid)?;
+        let mut raw = [0u8; 32];
+        rand::rng().fill_bytes(&mut raw);
+        let token = URL_SAFE_NO_PAD.encode(raw);
+        let mut inner = self.inner.lock();
+        inner.pending.retain(|p| p.uid != uid);
+        inner.pending.push(Pending {
+            uid: uid.to_string(),
+            hash: sha256(&token),
+            expires: now + self.ttl,
+        });
+        Ok(Secret(token))
+    }
+
+    /// Removes `uid`'s unused token, if any. Idempotent.
+    pub fn revoke(&self, uid: &str) {
+        self.inner.lock().pending.retain(|p| p.uid != uid);
+    }
+
+    /// Exchanges a token for the uid it is bound to; the token is gone afterwards.
+    pub fn consume(&self, token: &str) -> Result<String, TokenError> {
+        self.consume_at(token, Instant::now())
+    }
+
+    fn consume_at(&self, token: &str, now: Instant) -> Result<String, TokenError> {
+        let hash = sha256(token);
+        let mut inner = self.inner.lock();
+        inner.consumed.retain(|(_, until)| *until > now);
+        // Compare against every entry so the time taken does not depend on which one matches.
+        let mut found = None;
+        for (i, pending) in inner.pending.iter().enumerate() {
+            if constant_time_eq(&pending.hash, &hash) {
+                found = Some(i);
+            }
+        }
+        if let Some(i) = found {
+            let pending = inner.pending.swap_remove(i);
+            if pending.expires <= now {
+                return Err(TokenError::ExpiredBootstrap);
+            }
+            inner.consumed.push((hash, pending.expires));
+            return Ok(pending.uid);
+        }
+        let replayed = inner
+            .consumed
+            .iter()
+            .fold(false, |seen, (h, _)| seen | constant_time_eq(h, &hash));
+        Err(if replayed {
+            TokenError::ReplayedBootstrap
+        } else {
+            TokenError::UnknownBootstrap
+        })
+    }
+}
+
+fn sha256(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// The hex SHA-256 of a token: safe to log to correlate requests without revealing it.
+pub fn fingerprint(token: &str) -> String {
+    hex::encode(&sha256(token)[..6])
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    alg: String,
+    typ: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Claims {
+    sub: String,
+    iat: i64,
+    exp: i64,
+    jti: String,
+}
+
+/// A session issued to a runner.
+#[derive(Debug, Clone)]
+pub struct IssuedSession {
+    /// The compact token.
+    pub token: SessionToken,
+    /// Expiry, in seconds since the Unix epoch.
+    pub expires_at: i64,
+    /// The subject: the binding's SPIFFE ID.
+    pub spiffe_id: String,
+}
+
+/// Issues and verifies session tokens with a per-process HMAC-SHA256 key.
+pub struct SessionSigner {
+    key: hmac::Key,
+    trust_domain: String,
+    ttl: Duration,
+}
+
+impl fmt::Debug for SessionSigner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionSigner")
+            .field("trust_domain", &self.trust_domain)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionSigner {
+    /// A signer with a fresh random key for `trust_domain` whose sessions live for `ttl`.
+    pub fn new(trust_domain: &str, ttl: Duration) -> Result<Self, TokenError> {
+        let mut key = [0u8; 32];
+        rand::rng().fill_bytes(&mut key);
+        Self::with_key(&key, trust_domain, ttl)
+    }
+
+    fn with_key(key: &[u8], trust_domain: &str, ttl: Duration) -> Result<Self, TokenError> {
+        check_name("trust domain", trust_domain)?;
+        Ok(Self {
+            key: hmac::Key::new(hmac::HMAC_SHA256, key),
+            trust_domain: trust_domain.to_string(),
+            ttl,
+        })
+    }
+
+    /// The SPIFFE ID of a binding in this trust domain.
+    pub fn spiffe_id(&self, uid: &str) -> String {
+        format!("spiffe://{}/neocloud/binding/{uid}", self.trust_domain)
+    }
+
+    /// A new session for `uid` (checked by [`check_name`] when its bootstrap token was issued).
+    pub fn issue(&self, uid: &str) -> IssuedSession {
+        self.issue_at(uid, unix_now())
+    }
+
+    fn issue_at(&self, uid: &str, now: i64) -> IssuedSession {
+        let mut jti = [0u8; 16];
+        rand::rng().fill_bytes(&mut jti);
+        let claims = Claims {
+            sub: self.spiffe_id(uid),
+            iat: now,
+            exp: now + self.ttl.as_secs() as i64,
+            jti: hex::encode(jti),
+        };
+        let header = Header {
+            alg: "HS256".into(),
+            typ: "JWT".into(),
+        };
+        let input = format!("{}.{}", encode_json(&header), encode_json(&claims));
+        let tag = hmac::sign(&self.key, input.as_bytes());
+        IssuedSession {
+            token: Secret(format!("{input}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))),
+            expires_at: claims.exp,
+            spiffe_id: claims.sub,
+        }
+    }
+
+    /// Checks a session token and returns the binding uid it names.
+    pub fn verify(&self, token: &str) -> Result<String, TokenError> {
+        self.verify_at(token, unix_now())
+    }
+
+    fn verify_at(&self, token: &str, now: i64) -> Result<String, TokenError> {
+        let mut parts = token.split('.');
+        let (Some(header), Some(claims), Some(sig), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(TokenError::MalformedSession);
+        };
+        let sig = URL_SAFE_NO_PAD
+            .decode(sig)
+            .map_err(|_| TokenError::MalformedSession)?;
+        let input_len = header.len() + 1 + claims.len();
+        hmac::verify(&self.key, &token.as_bytes()[..input_len], &sig)
+            .map_err(|_| TokenError::BadSignature)?;
+        let header: Header = decode_json(header)?;
+        if header.alg != "HS256" {
+            return Err(TokenError::MalformedSession);
+        }
+        let claims: Claims = decode_json(claims)?;
+        let skew = CLOCK_SKEW.as_secs() as i64;
+        if claims.exp + skew < now {
+            return Err(TokenError::SessionExpired);
+        }
+        if claims.iat > now + skew {
+            return Err(TokenError::SessionNotYetValid);
+        }
+        self.binding_of(&claims.sub)
+    }
+
+    fn binding_of(&self, sub: &str) -> Result<String, TokenError> {
+        let prefix = format!("spiffe://{}/neocloud/binding/", self.trust_domain);
+        let uid = sub
+            .strip_prefix(&prefix)
+            .ok_or_else(|| TokenError::ForeignTrustDomain {
+                expected: self.trust_domain.clone(),
+            })?;
+        check_name("binding uid", uid).map_err(|_| TokenError::MalformedSession)?;
+        Ok(uid.to_string())
+    }
+}
+
+fn encode_json(value: &impl Serialize) -> String {
+    // Serializing these plain structs cannot fail.
+    URL_SAFE_NO_PAD.encode(serde_json::to_vec(value).unwrap_or_default())
+}
+
+fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, TokenError> {
+    let bytes = URL_SAFE_NO_PAD
+        .decode(part)
+        .map_err(|_| TokenError::MalformedSession)?;
+    serde_json::from_slice(&bytes).map_err(|_| TokenError::MalformedSession)
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+#[cfg(test)]
+#[path = "tokens_tests.rs"]
+mod tests;

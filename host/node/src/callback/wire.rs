@@ -1,0 +1,146 @@
+//! The callback API's JSON shapes, shared by the server and the runner: the workload a runner
+//! fetches, the token exchange, state reports and log records. `Debug` of anything that carries
+//! a secret (env values, tokens) is redacted.
+//!
+//! Not behaviour: the server and the runner decide what to do with these.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// What a runner runs: one container's image and process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Workload {
+    /// Container image (the process executor ignores it).
+    pub image: String,
+    /// Entrypoint override; empty keeps the image's.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment, values included (they may be secrets).
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
+    /// Working directory; `None` keeps the image's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+}
+
+/// One environment variable. `Debug` shows the name only.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvVar {
+    /// Name.
+    pub name: String,
+    /// Value, possibly a secret.
+    pub value: String,
+}
+
+impl EnvVar {
+    /// A variable.
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+}
+
+impl fmt::Debug for EnvVar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}=<redacted>", self.name)
+    }
+}
+
+/// `POST /v1/token` request.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TokenRequest {
+    /// The one-time bootstrap token.
+    pub bootstrap_token: String,
+}
+
+impl fmt::Debug for TokenRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenRequest { bootstrap_token: <redacted> }")
+    }
+}
+
+/// `POST /v1/token` response.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenResponse {
+    /// The session token for `Authorization: Bearer`.
+    pub session_token: String,
+    /// Expiry of the session, seconds since the Unix epoch.
+    pub expires_at: i64,
+    /// The binding's SPIFFE ID.
+    pub spiffe_id: String,
+}
+
+impl fmt::Debug for TokenResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenResponse")
+            .field("session_token", &"<redacted>")
+            .field("expires_at", &self.expires_at)
+            .field("spiffe_id", &self.spiffe_id)
+            .finish()
+    }
+}
+
+/// The workload's lifecycle as a runner reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunnerState {
+    /// The runner has the workload and is starting it (pulling the image, spawning).
+    Starting,
+    /// The workload's process is running.
+    Running,
+    /// The workload's process ended; `exit_code` says how.
+    Exited,
+}
+
+/// `POST /v1/status` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StatusReport {
+    /// The new state.
+    pub state: RunnerState,
+    /// The exit code, with `Exited`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// A short human-readable reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Which output stream a log line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// One line of `POST /v1/logs` (newline-delimited JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogRecord {
+    /// When the runner read the line (RFC 3339 with nanoseconds).
+    pub ts: DateTime<Utc>,
+    /// Where it came from.
+    pub stream: LogStream,
+    /// The line, without its newline.
+    pub line: String,
+}
+
+/// An error body: `{"error": "..."}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What failed; never contains a secret.
+    pub error: String,
+}

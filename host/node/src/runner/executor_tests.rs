@@ -1,0 +1,105 @@
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+use crate::callback::EnvVar;
+
+fn workload() -> Workload {
+    Workload {
+        image: "ghcr.io/example/train:1".into(),
+        command: vec!["python".into(), "-u".into()],
+        args: vec!["train.py".into()],
+        env: vec![EnvVar::new("HF_TOKEN", "hf_secret_value")],
+        working_dir: Some("/work".into()),
+    }
+}
+
+#[test]
+fn docker_args_use_all_gpus_and_keep_env_values_off_the_command_line() {
+    let args = docker_args(&workload(), Path::new("/tmp/x.env"));
+    assert_eq!(&args[..4], ["run", "--rm", "--gpus", "all"]);
+    let joined = args.join(" ");
+    assert!(joined.contains("--env-file /tmp/x.env"));
+    assert!(!joined.contains("hf_secret_value"));
+    assert!(joined.ends_with("--entrypoint python ghcr.io/example/train:1 -u train.py"));
+    assert!(joined.contains("--workdir /work"));
+}
+
+#[test]
+fn docker_args_without_command_keep_the_image_entrypoint() {
+    let mut w = workload();
+    w.command.clear();
+    let args = docker_args(&w, Path::new("/tmp/x.env"));
+    assert!(!args.contains(&"--entrypoint".to_string()));
+    assert_eq!(
+        args[args.len() - 2..],
+        ["ghcr.io/example/train:1", "train.py"]
+    );
+}
+
+#[test]
+fn env_file_is_private_and_removed_when_dropped() {
+    let file = EnvFile::write(&workload()).expect("env file");
+    let path = file.path().to_path_buf();
+    let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let text = std::fs::read_to_string(&path).expect("read");
+    assert_eq!(text, "HF_TOKEN=hf_secret_value\n");
+    drop(file);
+    assert!(!path.exists());
+}
+
+#[test]
+fn env_values_with_newlines_are_refused_for_docker() {
+    let mut w = workload();
+    w.env = vec![EnvVar::new("KEY", "line1\nline2")];
+    let err = EnvFile::write(&w).expect_err("newline");
+    assert!(!err.to_string().contains("line1"), "{err}");
+}
+
+#[tokio::test]
+async fn process_executor_pipes_both_streams_with_env() {
+    let w = Workload {
+        command: vec!["sh".into(), "-c".into()],
+        args: vec!["echo \"out $GREETING\"; echo err >&2; exit 4".into()],
+        env: vec![EnvVar::new("GREETING", "hi")],
+        ..Workload::default()
+    };
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut started = start(ExecutorKind::Process, &w, &tx).expect("start");
+    drop(tx);
+    let status = started.child.wait().await.expect("wait");
+    assert_eq!(status.code(), Some(4));
+    let mut got = Vec::new();
+    while let Some(record) = rx.recv().await {
+        got.push((record.stream, record.line));
+    }
+    got.sort_by_key(|(stream, _)| *stream == LogStream::Stderr);
+    assert_eq!(
+        got,
+        [
+            (LogStream::Stdout, "out hi".to_string()),
+            (LogStream::Stderr, "err".to_string())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn long_lines_are_split_into_bounded_records() {
+    let data = vec![b'x'; MAX_LINE + 10];
+    let mut reader = BufReader::new(&data[..]);
+    let mut line = Vec::new();
+    assert!(read_line(&mut reader, &mut line).await.expect("read"));
+    assert_eq!(line.len(), MAX_LINE);
+    line.clear();
+    assert!(read_line(&mut reader, &mut line).await.expect("read"));
+    assert_eq!(line.len(), 10);
+    line.clear();
+    assert!(!read_line(&mut reader, &mut line).await.expect("read"));
+}
+
+#[test]
+fn missing_command_is_an_error() {
+    let (tx, _rx) = mpsc::channel(1);
+    let err = start(ExecutorKind::Process, &Workload::default(), &tx).expect_err("none");
+    assert!(matches!(err, RunnerError::NoCommand));
+}

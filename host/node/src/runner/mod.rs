@@ -1,0 +1,271 @@
+//! `neocloud-node runner`: the agent on a rented VM. Started by cloud-init (see
+//! [`render_user_data`]), it exchanges its bootstrap token for a session with the node's
+//! callback server over TLS (trusting only the certificate it was given), fetches the workload,
+//! runs it, reports `Starting` → `Running` → `Exited`, heartbeats, streams logs, and exits with
+//! the workload's exit code.
+//!
+//! Not the server side: see [`crate::callback`].
+
+mod client;
+mod executor;
+mod user_data;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use tokio::sync::{Mutex, mpsc};
+
+pub use client::CallbackClient;
+pub use executor::{EnvFile, ExecutorKind, docker_args};
+pub use user_data::{DEFAULT_RUNNER_PATH, RunnerDownload, UserDataOptions, render_user_data};
+
+use crate::callback::{LogRecord, RunnerState, Secret, StatusReport};
+
+/// The environment variable that may carry the bootstrap token instead of the flag.
+pub const BOOTSTRAP_TOKEN_ENV: &str = "NEOCLOUD_BOOTSTRAP_TOKEN";
+/// Heartbeat period unless configured otherwise.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
+/// How long a log request stays open before the runner starts a new one (with a fresh session).
+const LOG_REQUEST_SPAN: Duration = Duration::from_secs(5);
+/// How long the runner waits for the last log lines to be delivered after the workload exits.
+const LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Flags of `neocloud-node runner`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunnerArgs {
+    /// The node's callback URL (https only), e.g. `https://node.example:8443`.
+    #[arg(long)]
+    pub callback_url: String,
+    /// The one-time bootstrap token from the VM's user_data.
+    #[arg(long, env = BOOTSTRAP_TOKEN_ENV, hide_env_values = true)]
+    pub bootstrap_token: String,
+    /// PEM file of the certificate (or CA) to trust for the callback; the only trusted root.
+    #[arg(
+        long,
+        conflicts_with = "ca_pem_base64",
+        required_unless_present = "ca_pem_base64"
+    )]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// The same PEM, base64-encoded (as cloud-init user_data carries it).
+    #[arg(long)]
+    pub ca_pem_base64: Option<String>,
+    /// How to run the workload.
+    #[arg(long, value_enum, default_value = "docker")]
+    pub executor: ExecutorKind,
+    /// Heartbeat period: `15s`, `500ms` or plain seconds.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
+}
+
+/// Why the runner failed before the workload could report its own exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    /// The callback URL is unusable (for example, plain http).
+    #[error("invalid callback URL {0}")]
+    Url(String),
+    /// The CA could not be read or parsed.
+    #[error("callback CA: {0}")]
+    Ca(String),
+    /// The request did not complete (connection, TLS, timeout).
+    #[error("failed to {what}: {message}")]
+    Http {
+        /// What the runner was doing.
+        what: &'static str,
+        /// Why it failed.
+        message: String,
+    },
+    /// The node answered with an error.
+    #[error("failed to {what}: the node answered {status}: {message}")]
+    Refused {
+        /// What the runner was doing.
+        what: &'static str,
+        /// HTTP status.
+        status: u16,
+        /// The node's error message.
+        message: String,
+    },
+    /// A call needed a session before the token exchange.
+    #[error("no session: the bootstrap token has not been exchanged")]
+    NoSession,
+    /// The workload has neither command nor args (process executor).
+    #[error("the workload has no command to run")]
+    NoCommand,
+    /// The workload could not be started.
+    #[error("failed to start {program}: {message}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        message: String,
+    },
+    /// The Docker env file could not be written.
+    #[error("docker env file: {0}")]
+    EnvFile(String),
+    /// Waiting for the workload failed.
+    #[error("failed to wait for the workload: {0}")]
+    Wait(String),
+}
+
+/// Parses `15s`, `500ms`, `1m` or plain (possibly fractional) seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("invalid duration unit in {text:?} (ms, s or m)")),
+    };
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("invalid duration {text:?}"))
+}
+
+fn ca_pem(args: &RunnerArgs) -> Result<Vec<u8>, RunnerError> {
+    match (&args.ca_file, &args.ca_pem_base64) {
+        (Some(path), _) => std::fs::read(path)
+            .map_err(|e| RunnerError::Ca(format!("failed to read {}: {e}", path.display()))),
+        (None, Some(b64)) => STANDARD
+            .decode(b64.trim())
+            .map_err(|e| RunnerError::Ca(format!("--ca-pem-base64 is not base64: {e}"))),
+        (None, None) => Err(RunnerError::Ca("give --ca-file or --ca-pem-base64".into())),
+    }
+}
+
+/// Runs the workload to completion and returns its exit code.
+pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
+    let client = Arc::new(CallbackClient::new(&args.callback_url, &ca_pem(&args)?)?);
+    let spiffe_id = client
+        .exchange(&Secret::new(args.bootstrap_token.trim()))
+        .await?;
+    tracing::info!(%spiffe_id, "runner: authenticated");
+    let workload = client.workload().await?;
+    report(&client, RunnerState::Starting, None, None).await?;
+    let heartbeats = tokio::spawn(heartbeat(client.clone(), args.heartbeat_interval));
+    let (logs_tx, logs_rx) = mpsc::channel(16 * 1024);
+    let shipper = tokio::spawn(ship_logs(client.clone(), logs_rx));
+    let started = executor::start(args.executor, &workload, &logs_tx);
+    drop(logs_tx);
+    let mut started = match started {
+        Ok(started) => started,
+        Err(e) => {
+            let message = Some(e.to_string());
+            heartbeats.abort();
+            report(&client, RunnerState::Exited, Some(127), message).await?;
+            return Err(e);
+        }
+    };
+    report(&client, RunnerState::Running, None, None).await?;
+    let status = started.child.wait().await;
+    drop(started.env_file.take());
+    if tokio::time::timeout(LOG_DRAIN_TIMEOUT, shipper)
+        .await
+        .is_err()
+    {
+        tracing::warn!("runner: gave up waiting for the last log lines to be delivered");
+    }
+    heartbeats.abort();
+    let (code, message) = match status {
+        Ok(status) => exit_code(status),
+        Err(e) => (1, format!("failed to wait for the workload: {e}")),
+    };
+    report(&client, RunnerState::Exited, Some(code), Some(message)).await?;
+    Ok(code)
+}
+
+fn exit_code(status: std::process::ExitStatus) -> (i32, String) {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code, format!("exited with code {code}")),
+        (None, Some(signal)) => (128 + signal, format!("killed by signal {signal}")),
+        (None, None) => (1, "exited".into()),
+    }
+}
+
+async fn report(
+    client: &CallbackClient,
+    state: RunnerState,
+    exit_code: Option<i32>,
+    message: Option<String>,
+) -> Result<(), RunnerError> {
+    tracing::info!(?state, ?exit_code, "runner: reporting state");
+    let report = StatusReport {
+        state,
+        exit_code,
+        message,
+    };
+    client.status(&report).await
+}
+
+async fn heartbeat(client: Arc<CallbackClient>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = client.heartbeat().await {
+            tracing::warn!(error = %e, "runner: heartbeat failed");
+        }
+    }
+}
+
+/// Sends log records in streamed requests of at most [`LOG_REQUEST_SPAN`] each, until every
+/// sender is gone.
+async fn ship_logs(client: Arc<CallbackClient>, logs: mpsc::Receiver<LogRecord>) {
+    let logs = Arc::new(Mutex::new(logs));
+    loop {
+        let Some(first) = logs.lock().await.recv().await else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + LOG_REQUEST_SPAN;
+        let body = futures::stream::unfold(
+            (Some(first), logs.clone()),
+            move |(first, logs)| async move {
+                let record = match first {
+                    Some(record) => record,
+                    None => {
+                        let mut rx = logs.lock().await;
+                        tokio::time::timeout_at(deadline, rx.recv()).await.ok()??
+                    }
+                };
+                let mut line = serde_json::to_vec(&record).unwrap_or_default();
+                line.push(b'\n');
+                Some((Ok::<_, std::io::Error>(Bytes::from(line)), (None, logs)))
+            },
+        );
+        if let Err(e) = client.logs(body).await {
+            tracing::warn!(error = %e, "runner: failed to stream logs");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("0.25"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("abc").is_err());
+    }
+
+    #[test]
+    fn plain_http_callback_url_is_refused() {
+        let err = CallbackClient::new("http://10.0.0.1:8443", b"").expect_err("http");
+        assert!(err.to_string().contains("must use https"), "{err}");
+    }
+}

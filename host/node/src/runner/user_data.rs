@@ -1,0 +1,158 @@
+//! The cloud-init `user_data` that starts the runner on a rented VM.
+//!
+//! It carries the callback URL, the certificate to trust and the binding's bootstrap token. That
+//! token is one-time and expires within minutes: once the runner has exchanged it (seconds after
+//! boot), anyone who later reads the `user_data` (the cloud's metadata service, a console, a
+//! snapshot) finds nothing usable. It is visible on the VM's process list while the runner runs.
+//!
+//! Not how the runner binary gets onto an image that lacks it beyond an optional download with a
+//! mandatory SHA-256 check.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::Serialize;
+
+use super::executor::ExecutorKind;
+use crate::callback::BootstrapToken;
+
+/// Where the runner binary is on the VM unless configured otherwise.
+pub const DEFAULT_RUNNER_PATH: &str = "/usr/local/bin/neocloud-node";
+
+/// How the rendered `user_data` starts the runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserDataOptions {
+    /// The runner binary's path on the VM.
+    pub runner_path: String,
+    /// Download the binary from here first (with its SHA-256), if the image lacks it.
+    pub download: Option<RunnerDownload>,
+    /// How the runner runs the workload.
+    pub executor: ExecutorKind,
+    /// Heartbeat period.
+    pub heartbeat_interval: Duration,
+}
+
+impl Default for UserDataOptions {
+    fn default() -> Self {
+        Self {
+            runner_path: DEFAULT_RUNNER_PATH.to_string(),
+            download: None,
+            executor: ExecutorKind::Docker,
+            heartbeat_interval: super::DEFAULT_HEARTBEAT_INTERVAL,
+        }
+    }
+}
+
+/// Where to fetch the runner binary and the digest it must have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerDownload {
+    /// HTTPS URL of the binary.
+    pub url: String,
+    /// Its lowercase hex SHA-256.
+    pub sha256: String,
+}
+
+#[derive(Serialize)]
+struct CloudConfig {
+    runcmd: Vec<Vec<String>>,
+}
+
+/// Renders `#cloud-config` whose `runcmd` starts `neocloud-node runner` as a transient systemd
+/// unit (so cloud-init finishes while the workload runs).
+pub fn render_user_data(
+    callback_url: &str,
+    ca_pem: &str,
+    token: &BootstrapToken,
+    options: &UserDataOptions,
+) -> String {
+    let path = options.runner_path.clone();
+    let mut runcmd = Vec::new();
+    if let Some(download) = &options.download {
+        let script = format!(
+            "curl -fsSL -o {path} '{url}' && echo '{sha}  {path}' | sha256sum -c - && chmod 0755 \
+             {path}",
+            url = download.url.replace('\'', ""),
+            sha = download.sha256,
+        );
+        runcmd.push(vec!["sh".into(), "-c".into(), script]);
+    }
+    let executor = match options.executor {
+        ExecutorKind::Docker => "docker",
+        ExecutorKind::Process => "process",
+    };
+    let mut start: Vec<String> = [
+        "systemd-run",
+        "--unit=neocloud-runner",
+        "--collect",
+        "--quiet",
+    ]
+    .map(String::from)
+    .into();
+    start.extend([
+        path,
+        "runner".into(),
+        "--callback-url".into(),
+        callback_url.to_string(),
+        "--ca-pem-base64".into(),
+        STANDARD.encode(ca_pem),
+        "--executor".into(),
+        executor.into(),
+        "--heartbeat-interval".into(),
+        format!("{}ms", options.heartbeat_interval.as_millis()),
+        "--bootstrap-token".into(),
+        token.expose().to_string(),
+    ]);
+    runcmd.push(start);
+    let yaml = serde_yaml::to_string(&CloudConfig { runcmd }).unwrap_or_default();
+    format!("#cloud-config\n{yaml}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::callback::Secret;
+
+    #[test]
+    fn user_data_is_cloud_config_that_starts_the_runner() {
+        let token = Secret::new("tok_abc");
+        let text = render_user_data(
+            "https://10.0.0.1:8443",
+            "PEM",
+            &token,
+            &UserDataOptions::default(),
+        );
+        assert!(text.starts_with("#cloud-config\n"));
+        let parsed: serde_yaml::Value = serde_yaml::from_str(&text).expect("yaml");
+        let start: Vec<String> = serde_yaml::from_value(parsed["runcmd"][0].clone()).expect("argv");
+        let at = start
+            .iter()
+            .position(|a| a == DEFAULT_RUNNER_PATH)
+            .expect("runner path");
+        assert_eq!(start[at + 1], "runner");
+        let flag = |name: &str| {
+            let i = start.iter().position(|a| a == name).expect(name);
+            start[i + 1].clone()
+        };
+        assert_eq!(flag("--callback-url"), "https://10.0.0.1:8443");
+        assert_eq!(flag("--bootstrap-token"), "tok_abc");
+        assert_eq!(flag("--ca-pem-base64"), STANDARD.encode("PEM"));
+        assert_eq!(flag("--executor"), "docker");
+    }
+
+    #[test]
+    fn download_step_checks_the_digest_before_running() {
+        let options = UserDataOptions {
+            download: Some(RunnerDownload {
+                url: "https://example.com/neocloud-node".into(),
+                sha256: "ab".repeat(32),
+            }),
+            ..UserDataOptions::default()
+        };
+        let text = render_user_data("https://n:1", "PEM", &Secret::new("t"), &options);
+        let parsed: serde_yaml::Value = serde_yaml::from_str(&text).expect("yaml");
+        let script = parsed["runcmd"][0][2].as_str().expect("script");
+        assert!(script.contains("sha256sum -c"), "{script}");
+        assert!(parsed["runcmd"][1][4].as_str() == Some(DEFAULT_RUNNER_PATH));
+    }
+}
