@@ -117,7 +117,7 @@ pub struct StatusReport {
 }
 
 /// Which output stream a log line came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogStream {
     /// Standard output.

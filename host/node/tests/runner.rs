@@ -1,0 +1,264 @@
+//! The VM runner end to end on loopback: the callback server in-process and the real
+//! `neocloud-node runner` binary with the process executor. States, exit code, logs (stored,
+//! followed, tailed, limited), refused tokens, and a killed runner reported `Lost`.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use neocloud_node::callback::{
+    BootstrapToken, CallbackConfig, CallbackServer, EnvVar, LogOptions, LogStream, RunnerEvent,
+    RunnerEventKind, RunnerState, TlsMaterial, Workload,
+};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+struct Rig {
+    server: CallbackServer,
+    events: mpsc::Receiver<RunnerEvent>,
+    ca: tempfile::NamedTempFile,
+}
+
+async fn rig(config: CallbackConfig) -> Rig {
+    let tls = TlsMaterial::self_signed(&["127.0.0.1".into()]).expect("cert");
+    let config = CallbackConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..config
+    };
+    let (server, events) = CallbackServer::start(config, &tls).await.expect("start");
+    let ca = tempfile::NamedTempFile::new().expect("ca file");
+    std::fs::write(ca.path(), tls.cert_pem()).expect("write ca");
+    Rig { server, events, ca }
+}
+
+fn fast() -> CallbackConfig {
+    CallbackConfig {
+        heartbeat_timeout: Duration::from_secs(1),
+        ..CallbackConfig::default()
+    }
+}
+
+fn shell(script: &str) -> Workload {
+    Workload {
+        image: "unused".into(),
+        command: vec!["sh".into(), "-c".into()],
+        args: vec![script.into()],
+        env: vec![EnvVar::new("GREETING", "hello")],
+        ..Workload::default()
+    }
+}
+
+impl Rig {
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.server.local_addr().port())
+    }
+
+    fn runner(&self, url: &str, token: &str) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
+            .args(["runner", "--callback-url", url, "--executor", "process"])
+            .arg("--ca-file")
+            .arg(self.ca.path())
+            .args(["--heartbeat-interval", "200ms"])
+            .env("NEOCLOUD_BOOTSTRAP_TOKEN", token)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the runner")
+    }
+
+    async fn event(&mut self) -> RunnerEvent {
+        tokio::time::timeout(Duration::from_secs(20), self.events.recv())
+            .await
+            .expect("an event in time")
+            .expect("events open")
+    }
+}
+
+fn state_of(event: &RunnerEvent) -> (RunnerState, Option<i32>) {
+    match &event.kind {
+        RunnerEventKind::State(report) => (report.state, report.exit_code),
+        RunnerEventKind::Lost => panic!("unexpected Lost for {}", event.uid),
+    }
+}
+
+async fn finish(child: Child) -> (i32, String) {
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("runner exits in time")
+        .expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), stderr)
+}
+
+/// Collects a follow stream, noting when each chunk arrived.
+fn follow(rig: &Rig, uid: &str) -> tokio::task::JoinHandle<Vec<(Instant, String)>> {
+    let options = LogOptions {
+        follow: true,
+        ..LogOptions::default()
+    };
+    let stream = rig.server.handle().read_logs(uid, options).expect("read");
+    tokio::spawn(async move {
+        stream
+            .map(|chunk| (Instant::now(), String::from_utf8_lossy(&chunk).into_owned()))
+            .collect()
+            .await
+    })
+}
+
+async fn read(rig: &Rig, uid: &str, options: LogOptions) -> String {
+    let chunks: Vec<_> = rig
+        .server
+        .handle()
+        .read_logs(uid, options)
+        .expect("read")
+        .collect()
+        .await;
+    String::from_utf8(chunks.concat()).expect("utf-8")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runner_reports_states_streams_logs_and_exits_with_the_workload_code() {
+    let mut rig = rig(fast()).await;
+    let script = "echo \"$GREETING\"; echo err >&2; sleep 1; exit 3";
+    let token = rig
+        .server
+        .handle()
+        .register("uid-1", shell(script))
+        .expect("register");
+    let followed = follow(&rig, "uid-1");
+    let child = rig.runner(&rig.url(), token.expose());
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Running, None));
+    let exited = rig.event().await;
+    let exited_at = Instant::now();
+    assert_eq!(state_of(&exited), (RunnerState::Exited, Some(3)));
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, 3, "{stderr}");
+
+    let lines = rig.server.handle().log_lines("uid-1").expect("lines");
+    let mut got: Vec<_> = lines.iter().map(|l| (l.stream, l.line.clone())).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (LogStream::Stdout, "hello".to_string()),
+            (LogStream::Stderr, "err".to_string())
+        ]
+    );
+
+    let followed = followed.await.expect("follow task");
+    let hello_at = followed
+        .iter()
+        .find(|(_, text)| text == "hello\n")
+        .map(|(at, _)| *at)
+        .expect("hello followed");
+    assert!(
+        exited_at.duration_since(hello_at) > Duration::from_millis(500),
+        "followed lines arrive as they are written, not at exit"
+    );
+    assert_eq!(followed.len(), 2);
+
+    let tail = LogOptions {
+        tail_lines: Some(1),
+        ..LogOptions::default()
+    };
+    assert_eq!(read(&rig, "uid-1", tail).await.lines().count(), 1);
+    let limit = LogOptions {
+        limit_bytes: Some(3),
+        ..LogOptions::default()
+    };
+    assert_eq!(read(&rig, "uid-1", limit).await.len(), 3);
+    let stamped = LogOptions {
+        timestamps: true,
+        ..LogOptions::default()
+    };
+    let text = read(&rig, "uid-1", stamped).await;
+    for line in text.lines() {
+        let (ts, _) = line.split_once(' ').expect("timestamp and a space");
+        chrono::DateTime::parse_from_rfc3339(ts).expect("RFC 3339");
+    }
+}
+
+async fn refused(rig: &Rig, token: &BootstrapToken) -> String {
+    let (code, stderr) = finish(rig.runner(&rig.url(), token.expose())).await;
+    assert_ne!(code, 0, "{stderr}");
+    stderr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_expired_and_replayed_bootstrap_tokens_are_refused() {
+    let config = CallbackConfig {
+        bootstrap_ttl: Duration::from_millis(300),
+        ..fast()
+    };
+    let rig = rig(config).await;
+    let handle = rig.server.handle();
+
+    let real = handle
+        .register("uid-wrong", shell("true"))
+        .expect("register");
+    let wrong = neocloud_node::callback::Secret::new(format!("x{}", real.expose()));
+    let stderr = refused(&rig, &wrong).await;
+    assert!(stderr.contains("bootstrap token is not valid"), "{stderr}");
+    assert!(!stderr.contains(real.expose()));
+
+    let expired = handle
+        .register("uid-expired", shell("true"))
+        .expect("register");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stderr = refused(&rig, &expired).await;
+    assert!(stderr.contains("bootstrap token has expired"), "{stderr}");
+
+    let once = handle
+        .register("uid-once", shell("true"))
+        .expect("register");
+    let (code, stderr) = finish(rig.runner(&rig.url(), once.expose())).await;
+    assert_eq!(code, 0, "{stderr}");
+    let stderr = refused(&rig, &once).await;
+    assert!(stderr.contains("already used (replayed)"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_and_an_untrusted_certificate_are_refused() {
+    let rig = rig(fast()).await;
+    let token = rig
+        .server
+        .handle()
+        .register("uid-1", shell("true"))
+        .expect("register");
+    let http = rig.url().replace("https://", "http://");
+    let (code, stderr) = finish(rig.runner(&http, token.expose())).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("must use https"), "{stderr}");
+
+    let other = TlsMaterial::self_signed(&["127.0.0.1".into()]).expect("cert");
+    std::fs::write(rig.ca.path(), other.cert_pem()).expect("write ca");
+    let (code, stderr) = finish(rig.runner(&rig.url(), token.expose())).await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("failed to exchange the bootstrap token"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_runner_is_reported_lost_after_the_heartbeat_timeout() {
+    let mut rig = rig(fast()).await;
+    let token = rig
+        .server
+        .handle()
+        .register("uid-1", shell("sleep 5"))
+        .expect("register");
+    let mut child = rig.runner(&rig.url(), token.expose());
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Running, None));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(rig.events.try_recv().is_err(), "heartbeats keep it alive");
+    child.start_kill().expect("SIGKILL");
+    let killed_at = Instant::now();
+    let event = rig.event().await;
+    assert_eq!(event.kind, RunnerEventKind::Lost);
+    assert!(killed_at.elapsed() >= Duration::from_millis(700));
+}
