@@ -48,6 +48,15 @@ pub struct SimConfig {
     /// SSH key names registered at start (Lambda only; launch requires one that exists).
     #[serde(default = "default_ssh_keys")]
     pub ssh_key_names: Vec<String>,
+    /// Lambda only, opt-in: when an instance launched with cloud-init `user_data` becomes
+    /// active, run the `neocloud-node runner` command of its `runcmd` as a local child process
+    /// (killed when the instance is terminated, restarted or preempted).
+    #[serde(default)]
+    pub run_user_data: bool,
+    /// The binary run in place of the `neocloud-node` path written in `user_data` (for tests, the
+    /// built binary); `None` runs the path as written.
+    #[serde(default)]
+    pub runner_binary: Option<std::path::PathBuf>,
 }
 
 impl Default for SimConfig {
@@ -62,6 +71,8 @@ impl Default for SimConfig {
             quota: None,
             launch_rate_limit: RateLimit::default(),
             ssh_key_names: default_ssh_keys(),
+            run_user_data: false,
+            runner_binary: None,
         }
     }
 }
@@ -81,6 +92,14 @@ impl SimConfig {
             },
             ..Self::default()
         }
+    }
+
+    /// Runs the runner command found in Lambda `user_data` with `binary` once the instance is
+    /// active (see [`run_user_data`](Self::run_user_data)).
+    pub fn with_user_data_runner(mut self, binary: impl Into<std::path::PathBuf>) -> Self {
+        self.run_user_data = true;
+        self.runner_binary = Some(binary.into());
+        self
     }
 }
 

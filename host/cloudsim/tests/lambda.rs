@@ -280,3 +280,75 @@ async fn a_preempted_instance_reports_preempted_and_stops_billing() {
         "preempted instances still need a terminate"
     );
 }
+
+/// A stand-in runner: records its arguments and pid, then sleeps until killed.
+fn fake_runner(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("fake-runner");
+    let body = format!(
+        "#!/bin/sh\necho $$ > {dir}/pid\necho \"$@\" > {dir}/args.tmp && mv {dir}/args.tmp {dir}/args\nexec sleep 30\n",
+        dir = dir.display()
+    );
+    std::fs::write(&script, body).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+fn runner_launch_body() -> Value {
+    let user_data = "#cloud-config\nruncmd:\n  - [systemd-run, --unit=r, /usr/local/bin/neocloud-node, runner, --callback-url, 'https://node:8443']\n";
+    let mut body = launch_body("nc-runner");
+    body["user_data"] = json!(user_data);
+    body
+}
+
+async fn wait_for(path: &std::path::Path, present: bool) -> bool {
+    for _ in 0..100 {
+        if path.exists() == present {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn user_data_runner_starts_when_active_and_dies_with_the_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = SimConfig::fast().with_user_data_runner(fake_runner(dir.path()));
+    let sim = LambdaSim::start(config).await.unwrap();
+    let (status, body) = launch(&sim, &runner_launch_body()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let id = body["data"]["instance_ids"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        wait_for(&dir.path().join("args"), true).await,
+        "runner started"
+    );
+    let (_, instance) = get(&sim, &id).await;
+    assert_eq!(instance["data"]["status"], "active");
+    let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
+    assert_eq!(args.trim(), "runner --callback-url https://node:8443");
+    let pid = std::fs::read_to_string(dir.path().join("pid")).unwrap();
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{}", pid.trim()));
+    assert!(proc_dir.exists(), "runner alive while the instance is");
+    let (status, _) = terminate(&sim, &[&id]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        wait_for(&proc_dir, false).await,
+        "runner killed with its instance"
+    );
+}
+
+#[tokio::test]
+async fn user_data_runs_nothing_unless_opted_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = SimConfig::fast();
+    config.runner_binary = Some(fake_runner(dir.path()));
+    let sim = LambdaSim::start(config).await.unwrap();
+    let (status, _) = launch(&sim, &runner_launch_body()).await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert!(!dir.path().join("pid").exists());
+}

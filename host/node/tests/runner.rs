@@ -262,3 +262,73 @@ async fn killed_runner_is_reported_lost_after_the_heartbeat_timeout() {
     assert_eq!(event.kind, RunnerEventKind::Lost);
     assert!(killed_at.elapsed() >= Duration::from_millis(700));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lambda_simulator_runs_the_runner_from_rendered_user_data() {
+    use neocloud_cloudsim::{LambdaSim, SimConfig};
+    use neocloud_node::runner::{ExecutorKind, UserDataOptions, render_user_data};
+
+    let mut rig = rig(fast()).await;
+    let binary = env!("CARGO_BIN_EXE_neocloud-node");
+    let sim = LambdaSim::start(SimConfig::fast().with_user_data_runner(binary))
+        .await
+        .expect("lambda sim");
+    let workload = shell("echo from-lambda; sleep 5");
+    let token = rig
+        .server
+        .handle()
+        .register("uid-vm", workload)
+        .expect("register");
+    let options = UserDataOptions {
+        executor: ExecutorKind::Process,
+        heartbeat_interval: Duration::from_millis(200),
+        ..UserDataOptions::default()
+    };
+    let user_data = render_user_data(&rig.url(), rig.server.cert_pem(), &token, &options);
+    let launch = serde_json::json!({
+        "region_name": "us-east-1", "instance_type_name": "gpu_1x_a10",
+        "ssh_key_names": ["sim-ssh-key"], "name": "nc-uid-vm", "user_data": user_data,
+    });
+    let http = reqwest::Client::new();
+    let response: serde_json::Value = http
+        .post(format!("{}/instance-operations/launch", sim.base_url()))
+        .bearer_auth(sim.api_key())
+        .json(&launch)
+        .send()
+        .await
+        .expect("launch")
+        .json()
+        .await
+        .expect("json");
+    let id = response["data"]["instance_ids"][0]
+        .as_str()
+        .expect("id")
+        .to_string();
+
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Running, None));
+    let options = LogOptions {
+        follow: true,
+        ..LogOptions::default()
+    };
+    let mut logs = rig
+        .server
+        .handle()
+        .read_logs("uid-vm", options)
+        .expect("logs");
+    let first = tokio::time::timeout(Duration::from_secs(10), logs.next()).await;
+    assert_eq!(
+        first.expect("a line in time").as_deref(),
+        Some(&b"from-lambda\n"[..])
+    );
+
+    http.post(format!("{}/instance-operations/terminate", sim.base_url()))
+        .bearer_auth(sim.api_key())
+        .json(&serde_json::json!({ "instance_ids": [id] }))
+        .send()
+        .await
+        .expect("terminate")
+        .error_for_status()
+        .expect("terminated");
+    assert_eq!(rig.event().await.kind, RunnerEventKind::Lost);
+}

@@ -76,7 +76,10 @@ pub(crate) async fn launch(State(sim): Shared, ext: Extensions, body: Bytes) -> 
         return wire::insufficient_capacity();
     }
     match sim.launch(&request, quantity) {
-        Ok(ids) => wire::data(&json!({ "instance_ids": ids })),
+        Ok(ids) => {
+            sim.start_runners(&ids, &request);
+            wire::data(&json!({ "instance_ids": ids }))
+        }
         Err(LaunchError::NoCapacity) => wire::insufficient_capacity(),
         Err(LaunchError::QuotaExceeded) => wire::quota_exceeded(),
         Err(LaunchError::UnknownType) => wire::invalid(&format!(

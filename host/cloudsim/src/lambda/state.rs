@@ -10,6 +10,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use super::runner::{Runners, runner_args};
 use super::wire::{LaunchRequest, Tag};
 use crate::clock::SimClock;
 use crate::market::Offer;
@@ -83,6 +84,7 @@ struct Inner {
 pub(crate) struct LambdaState {
     pub core: Arc<Core>,
     inner: Mutex<Inner>,
+    pub runners: Runners,
 }
 
 impl LambdaState {
@@ -100,7 +102,37 @@ impl LambdaState {
         Self {
             core,
             inner: Mutex::new(inner),
+            runners: Runners::default(),
         }
+    }
+
+    /// With `run_user_data`, schedules the runner of each launched instance for when it is
+    /// active.
+    pub fn start_runners(self: &Arc<Self>, ids: &[String], request: &LaunchRequest) {
+        let config = &self.core.config;
+        if !config.run_user_data {
+            return;
+        }
+        let Some(args) = request.user_data.as_deref().and_then(runner_args) else {
+            return;
+        };
+        let binary = config
+            .runner_binary
+            .clone()
+            .unwrap_or_else(|| "neocloud-node".into());
+        let t = config.timing;
+        let boot = SimClock::ms(t.provisioning_ms + t.starting_ms);
+        for id in ids {
+            let state = Arc::downgrade(self);
+            Runners::schedule(state, id.clone(), binary.clone(), args.clone(), boot);
+        }
+    }
+
+    /// Whether the instance exists and is `active`.
+    pub fn is_active(&self, id: &str) -> bool {
+        let now = self.core.clock.now();
+        self.get(id)
+            .is_some_and(|i| i.status(&self.core, now) == "active")
     }
 
     /// Counts a launch request against the rate limit; `Err` is the seconds to wait.
@@ -246,6 +278,9 @@ impl LambdaState {
             }
             done.push(instance.clone());
         }
+        drop(inner);
+        // After releasing `inner`: a runner being scheduled holds the runners' lock, then reads it.
+        ids.iter().for_each(|id| self.runners.kill(id));
         Ok(done)
     }
 
@@ -274,6 +309,9 @@ impl LambdaState {
             }
             done.push(instance.clone());
         }
+        drop(inner);
+        // After releasing `inner`: a runner being scheduled holds the runners' lock, then reads it.
+        ids.iter().for_each(|id| self.runners.kill(id));
         Ok(done)
     }
 
@@ -290,14 +328,19 @@ impl LambdaState {
     pub fn preempt(&self, id: &str) -> bool {
         let mut inner = self.inner.lock();
         let now = self.core.clock.now();
-        match inner.instances.get_mut(id) {
+        let preempted = match inner.instances.get_mut(id) {
             Some(instance) if instance.terminated.is_none() && !instance.preempted => {
                 instance.preempted = true;
                 self.core.ledger.lock().pause(id, now);
                 true
             }
             _ => false,
+        };
+        drop(inner);
+        if preempted {
+            self.runners.kill(id);
         }
+        preempted
     }
 
     /// Marks an instance unhealthy; false if unknown or terminated.

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use chrono::{DateTime, SecondsFormat, Utc};
-use futures::Stream;
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -133,7 +134,7 @@ impl LogBuffer {
     }
 
     /// The log as the kubelet would serve it, one chunk per line.
-    pub fn read(self: &Arc<Self>, options: LogOptions) -> impl Stream<Item = Bytes> + Send + use<> {
+    pub fn read(self: &Arc<Self>, options: LogOptions) -> BoxStream<'static, Bytes> {
         let first = self.initial(&options);
         let reader = Reader {
             log: self.clone(),
@@ -147,6 +148,7 @@ impl LogBuffer {
             let chunk = reader.next_chunk().await?;
             Some((chunk, reader))
         })
+        .boxed()
     }
 
     fn initial(&self, options: &LogOptions) -> Initial {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::Stream;
+use futures::stream::BoxStream;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
@@ -79,7 +79,7 @@ impl CallbackHandle {
         &self,
         uid: &str,
         options: LogOptions,
-    ) -> Result<impl Stream<Item = Bytes> + Send + use<>, CallbackError> {
+    ) -> Result<BoxStream<'static, Bytes>, CallbackError> {
         Ok(self.0.logs(uid)?.read(options))
     }
 

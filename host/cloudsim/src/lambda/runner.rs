@@ -1,0 +1,168 @@
+//! Opt-in (`run_user_data`): what cloud-init would do on a real VM, reduced to the one command
+//! NeoCloud cares about. When an instance launched with `#cloud-config` `user_data` becomes
+//! active, the `neocloud-node runner …` entry of its `runcmd` (in list or string form, possibly
+//! behind a prefix such as `systemd-run …`) is started as a local child process, with
+//! `runner_binary` in place of the path written in `user_data`. Terminating, restarting or
+//! preempting the instance kills it, as does dropping the simulator.
+//!
+//! Not cloud-init: other `runcmd` entries, `write_files`, packages and shell quoting in string
+//! entries are ignored.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Weak;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::oneshot;
+
+use super::state::LambdaState;
+
+/// The binary name the runner command starts with.
+const RUNNER_BINARY: &str = "neocloud-node";
+
+/// The arguments after the `neocloud-node` binary (starting with `runner`) in `user_data`'s
+/// `runcmd`, if it is `#cloud-config` and has such an entry.
+pub(crate) fn runner_args(user_data: &str) -> Option<Vec<String>> {
+    if !user_data.trim_start().starts_with("#cloud-config") {
+        return None;
+    }
+    let doc: serde_yaml::Value = serde_yaml::from_str(user_data).ok()?;
+    let entries = doc.get("runcmd")?.as_sequence()?;
+    entries.iter().find_map(|entry| {
+        let argv: Vec<String> = match entry {
+            serde_yaml::Value::String(line) => {
+                line.split_whitespace().map(str::to_string).collect()
+            }
+            serde_yaml::Value::Sequence(items) => items
+                .iter()
+                .map(|i| i.as_str().map(str::to_string))
+                .collect::<Option<_>>()?,
+            _ => return None,
+        };
+        let at = argv.windows(2).position(|pair| {
+            Path::new(&pair[0])
+                .file_name()
+                .is_some_and(|n| n == RUNNER_BINARY)
+                && pair[1] == "runner"
+        })?;
+        Some(argv[at + 1..].to_vec())
+    })
+}
+
+/// The runner processes of active instances, by instance id. Dropping an entry kills its process.
+#[derive(Debug, Default)]
+pub(crate) struct Runners {
+    live: Mutex<HashMap<String, oneshot::Sender<()>>>,
+}
+
+impl Runners {
+    /// Kills the runner of `id`, if any. Idempotent.
+    pub fn kill(&self, id: &str) {
+        self.live.lock().remove(id);
+    }
+
+    /// After `boot`, starts `binary args` for `id` unless the instance is gone or not active.
+    pub fn schedule(
+        state: Weak<LambdaState>,
+        id: String,
+        binary: PathBuf,
+        args: Vec<String>,
+        boot: Duration,
+    ) {
+        tokio::spawn(async move {
+            tokio::time::sleep(boot).await;
+            let Some(state) = state.upgrade() else {
+                return;
+            };
+            // Holding the map's lock while checking makes a concurrent terminate wait, then kill.
+            let mut live = state.runners.live.lock();
+            if !state.is_active(&id) {
+                return;
+            }
+            match spawn(&id, &binary, &args) {
+                Ok(kill) => {
+                    live.insert(id, kill);
+                }
+                Err(e) => tracing::warn!(instance = %id, binary = %binary.display(), error = %e,
+                    "lambda sim: failed to start the runner from user_data"),
+            }
+        });
+    }
+}
+
+fn spawn(id: &str, binary: &Path, args: &[String]) -> std::io::Result<oneshot::Sender<()>> {
+    let mut child = Command::new(binary)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    tracing::info!(instance = %id, pid = ?child.id(), "lambda sim: started the runner from user_data");
+    let id = id.to_string();
+    if let Some(stderr) = child.stderr.take() {
+        let id = id.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(instance = %id, "runner: {line}");
+            }
+        });
+    }
+    let (kill, killed) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        tokio::select! {
+            status = child.wait() => {
+                tracing::info!(instance = %id, ?status, "lambda sim: runner exited");
+            }
+            _ = killed => {
+                let _ = child.kill().await;
+                tracing::info!(instance = %id, "lambda sim: runner killed with its instance");
+            }
+        }
+    });
+    Ok(kill)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runner_args_come_from_a_list_entry_behind_a_prefix() {
+        let user_data = "#cloud-config\nruncmd:\n  - [sh, -c, 'echo hi']\n  - [systemd-run, \
+                         --unit=x, /usr/local/bin/neocloud-node, runner, --callback-url, \
+                         'https://n:1']\n";
+        assert_eq!(
+            runner_args(user_data),
+            Some(vec![
+                "runner".into(),
+                "--callback-url".into(),
+                "https://n:1".into()
+            ])
+        );
+    }
+
+    #[test]
+    fn runner_args_come_from_a_string_entry() {
+        let user_data = "#cloud-config\nruncmd:\n  - neocloud-node runner --executor process\n";
+        assert_eq!(
+            runner_args(user_data),
+            Some(vec!["runner".into(), "--executor".into(), "process".into()])
+        );
+    }
+
+    #[test]
+    fn user_data_without_a_runner_runs_nothing() {
+        assert_eq!(runner_args("#cloud-config\n"), None);
+        assert_eq!(runner_args("#!/bin/sh\nneocloud-node runner\n"), None);
+        assert_eq!(
+            runner_args("#cloud-config\nruncmd:\n  - [neocloud-node, version]\n"),
+            None
+        );
+    }
+}
