@@ -332,3 +332,26 @@ async fn lambda_simulator_runs_the_runner_from_rendered_user_data() {
         .expect("terminated");
     assert_eq!(rig.event().await.kind, RunnerEventKind::Lost);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_the_runner_stops_the_workload_which_still_reports_its_code() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let mut rig = rig(fast()).await;
+    let script = "trap 'exit 7' TERM; while true; do sleep 0.1; done";
+    let token = rig
+        .server
+        .handle()
+        .register("uid-1", shell(script))
+        .expect("register");
+    let child = rig.runner(&rig.url(), token.expose());
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Running, None));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pid = i32::try_from(child.id().expect("pid")).expect("pid fits");
+    kill(Pid::from_raw(pid), Signal::SIGTERM).expect("SIGTERM");
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Exited, Some(7)));
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, 7, "{stderr}");
+}

@@ -166,7 +166,7 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
         }
     };
     report(&client, RunnerState::Running, None, None).await?;
-    let status = started.child.wait().await;
+    let status = wait_forwarding_signals(&mut started.child).await;
     drop(started.env_file.take());
     if tokio::time::timeout(LOG_DRAIN_TIMEOUT, shipper)
         .await
@@ -181,6 +181,36 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     };
     report(&client, RunnerState::Exited, Some(code), Some(message)).await?;
     Ok(code)
+}
+
+/// Waits for the workload. SIGTERM or SIGINT to the runner is passed on as SIGTERM (`docker run`
+/// proxies it to the container), so stopping the runner stops the workload, which then still
+/// reports `Exited` with its own code.
+async fn wait_forwarding_signals(
+    child: &mut tokio::process::Child,
+) -> std::io::Result<std::process::ExitStatus> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            status = child.wait() => return status,
+            _ = term.recv() => forward_sigterm(child),
+            _ = interrupt.recv() => forward_sigterm(child),
+        }
+    }
+}
+
+fn forward_sigterm(child: &tokio::process::Child) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
+        return;
+    };
+    tracing::info!(pid, "runner: passing SIGTERM on to the workload");
+    if let Err(e) = kill(Pid::from_raw(pid), Signal::SIGTERM) {
+        tracing::warn!(pid, error = %e, "runner: failed to signal the workload");
+    }
 }
 
 fn exit_code(status: std::process::ExitStatus) -> (i32, String) {
