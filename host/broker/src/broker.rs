@@ -36,6 +36,8 @@ pub struct Placement<'a> {
     pub env: &'a [(String, String)],
     /// Attempts from earlier rounds.
     pub history: &'a [Attempt],
+    /// Boot data for VM providers (see `CreateRequest::boot`).
+    pub boot: Option<&'a str>,
 }
 
 /// Cost figures for metrics.
@@ -91,6 +93,7 @@ impl Broker {
             env: p.env,
             plan: &plan,
             history: p.history,
+            boot: p.boot,
         };
         let rental = self.renter.rent(&req, recorder).await?;
         Ok((rental, plan))

@@ -50,6 +50,8 @@ pub struct RentRequest<'a> {
     pub plan: &'a Plan,
     /// Attempts from earlier rounds (numbering continues after them).
     pub history: &'a [Attempt],
+    /// Boot data for VM providers (see `CreateRequest::boot`).
+    pub boot: Option<&'a str>,
 }
 
 /// A successful rental.
@@ -311,6 +313,7 @@ impl Renter {
             workload: req.workload.clone(),
             env: req.env.to_vec(),
             bid_per_hour: ready.price.bid_per_hour,
+            boot: req.boot.map(str::to_owned),
         };
         let instance = ready.provider.create(&request).await?;
         ready

@@ -28,6 +28,7 @@ fn placement<'a>(w: &'a neocloud_core::WorkloadSpec, name: &'a str) -> Placement
         workload: w,
         env: &[],
         history: &[],
+        boot: None,
     }
 }
 

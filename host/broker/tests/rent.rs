@@ -179,6 +179,7 @@ async fn a_price_that_rose_past_the_max_before_renting_moves_to_the_next_offer()
         env: &[],
         plan: &plan,
         history: &[],
+        boot: None,
     };
     let rental = world.renter.rent(&req, &recorder).await.unwrap();
     assert_eq!(
@@ -252,6 +253,7 @@ async fn a_failed_attempt_record_stops_before_the_provider_is_called() {
         env: &[],
         plan: &plan,
         history: &[],
+        boot: None,
     };
     let err = world.renter.rent(&req, &recorder).await.unwrap_err();
     assert_eq!(

@@ -350,6 +350,7 @@ fn request(opts: &SmokeOptions, offer: &Offer) -> CreateRequest {
         workload,
         env: vec![("NEOCLOUD_SMOKE".to_owned(), "1".to_owned())],
         bid_per_hour: bid,
+        boot: None,
     }
 }
 

@@ -143,6 +143,7 @@ async fn rent(provider: &Arc<dyn Provider>, name: &str) -> InstanceState {
         workload: workload(),
         env: vec![],
         bid_per_hour: None,
+        boot: None,
     };
     provider.create(&request).await.unwrap()
 }

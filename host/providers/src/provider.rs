@@ -142,6 +142,9 @@ pub struct CreateRequest {
     pub env: Vec<(String, String)>,
     /// For spot offers, the bid per hour for the whole instance.
     pub bid_per_hour: Option<f64>,
+    /// Boot data for providers that rent bare VMs (Lambda's cloud-init `user_data`): the node's
+    /// runner with a one-time bootstrap credential. Container providers ignore it. Never logged.
+    pub boot: Option<String>,
 }
 
 impl fmt::Debug for CreateRequest {
@@ -154,6 +157,7 @@ impl fmt::Debug for CreateRequest {
             .field("image", &self.workload.image)
             .field("env_names (values redacted)", &env_names)
             .field("bid_per_hour", &self.bid_per_hour)
+            .field("boot (redacted)", &self.boot.is_some())
             .finish()
     }
 }

@@ -59,6 +59,7 @@ fn request(name: &str, offer: &Offer) -> CreateRequest {
         workload: workload(),
         env: vec![("TOKEN".into(), "s3cret-value".into())],
         bid_per_hour: None,
+        boot: None,
     }
 }
 

@@ -92,6 +92,7 @@ impl World {
             env: &[],
             plan: &plan,
             history: &[],
+            boot: None,
         };
         (self.renter.rent(&req, &recorder).await, recorder)
     }

@@ -201,7 +201,10 @@ impl LambdaProvider {
             instance_type_name: kind.to_owned(),
             ssh_key_names: vec![self.config.ssh_key_name.clone()],
             name: name.clone(),
-            user_data: self.config.user_data.clone(),
+            user_data: request
+                .boot
+                .clone()
+                .or_else(|| self.config.user_data.clone()),
             tags: vec![Tag {
                 key: NAME_TAG.to_owned(),
                 value: name.clone(),

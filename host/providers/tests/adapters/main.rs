@@ -52,6 +52,7 @@ fn request(name: &str, offer: &Offer) -> CreateRequest {
         workload,
         env: vec![],
         bid_per_hour: None,
+        boot: None,
     }
 }
 

@@ -139,6 +139,7 @@ pub fn request(name: &str, offer: &Offer) -> CreateRequest {
         workload: workload(offer.gpu_count),
         env: vec![("GREETING".into(), "hello".into())],
         bid_per_hour: None,
+        boot: None,
     }
 }
 
