@@ -7,7 +7,8 @@
 //! Run: `cargo bench -p neocloud-node --bench load`. Knobs: `LOAD_PODS`, `LOAD_IN_FLIGHT`
 //! (concurrent creates, default 24), `LOAD_CONCURRENCY` (NeoCloud reconciler concurrency and
 //! virtual-kubelet workers, default 32), `LOAD_TIMEOUT_SECS` (per phase, default 600) and
-//! `LOAD_RUST_LOG` (NeoCloud's log filter, default `info`), `LOAD_POLL_MS` (NeoCloud's `reconciler.pollIntervalMs`, default 250) and `LOAD_IMPLS`
+//! `LOAD_RUST_LOG` (NeoCloud's log filter, default `info`), `LOAD_NODE_WRAPPER` (a profiler
+//! command to run NeoCloud under, such as `heaptrack -o /tmp/ncn`), `LOAD_POLL_MS` (NeoCloud's `reconciler.pollIntervalMs`, default 250) and `LOAD_IMPLS`
 //! (comma-separated, default `neocloud,vk`). `vk` is virtual-kubelet with as many workers as
 //! NeoCloud's concurrency and client QPS 1000, but the library's default work-queue limiter
 //! (10/s, burst 100); `vk-fast` also lifts that limiter to 1000/s; `vk-defaults` keeps every
@@ -246,7 +247,19 @@ fn spawn(
         Impl::NeoCloud => {
             let config = dir.join(format!("{}.yaml", ctx.namespace));
             std::fs::write(&config, neocloud_config(node, settings)).unwrap();
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_neocloud-node"));
+            let node_bin = env!("CARGO_BIN_EXE_neocloud-node");
+            // `LOAD_NODE_WRAPPER="heaptrack -o /tmp/ncn"` runs the node under a profiler; the
+            // table's CPU and memory are then the wrapper's, not the node's.
+            let wrapper = std::env::var("LOAD_NODE_WRAPPER").unwrap_or_default();
+            let mut words = wrapper.split_whitespace();
+            let mut cmd = match words.next() {
+                Some(program) => {
+                    let mut cmd = Command::new(program);
+                    cmd.args(words).arg(node_bin);
+                    cmd
+                }
+                None => Command::new(node_bin),
+            };
             cmd.args(["run", "--config"]).arg(config);
             cmd.env("GPU_BURST_PROVIDER", "fake")
                 .env("RUST_LOG", "info");

@@ -95,13 +95,17 @@ impl Runners {
 }
 
 fn spawn(id: &str, binary: &Path, args: &[String]) -> std::io::Result<oneshot::Sender<()>> {
+    // The runner leads a process group standing in for the VM: killing the instance kills the
+    // group, so the workload dies with its VM even when the runner died first.
     let mut child = Command::new(binary)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()?;
+    let group = child.id().and_then(|pid| i32::try_from(pid).ok());
     tracing::info!(instance = %id, pid = ?child.id(), "lambda sim: started the runner from user_data");
     let id = id.to_string();
     if let Some(stderr) = child.stderr.take() {
@@ -113,17 +117,24 @@ fn spawn(id: &str, binary: &Path, args: &[String]) -> std::io::Result<oneshot::S
             }
         });
     }
-    let (kill, killed) = oneshot::channel::<()>();
+    let (kill, mut killed) = oneshot::channel::<()>();
     tokio::spawn(async move {
         tokio::select! {
             status = child.wait() => {
                 tracing::info!(instance = %id, ?status, "lambda sim: runner exited");
+                // What the runner started may outlive it until the VM goes.
+                let _ = (&mut killed).await;
             }
-            _ = killed => {
-                let _ = child.kill().await;
-                tracing::info!(instance = %id, "lambda sim: runner killed with its instance");
-            }
+            _ = &mut killed => {}
         }
+        if let Some(group) = group {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(group),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = child.kill().await;
+        tracing::info!(instance = %id, "lambda sim: the instance's processes killed with it");
     });
     Ok(kill)
 }

@@ -142,6 +142,9 @@ pub struct CloudPodBindingStatus {
     /// USD accrued by every instance of this binding so far.
     #[serde(default)]
     pub cost_accrued_usd: f64,
+    /// The workload's exit code, when a VM runner reported that it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
     /// Every rental attempt, oldest first; an attempt is written before its provider call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<AttemptRecord>,

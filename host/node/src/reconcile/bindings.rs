@@ -39,6 +39,9 @@ pub(super) async fn reconcile(
             Ok(Action::requeue(r.cfg.release_poll))
         }
         Release::Done => {
+            if let Some(runners) = &r.cfg.runners {
+                runners.forget(&b.spec.pod_uid);
+            }
             if b.metadata.deletion_timestamp.is_none() {
                 let api: Api<CloudPodBinding> = Api::namespaced(r.client.clone(), &ns);
                 match api.delete(&b.name_any(), &DeleteParams::default()).await {

@@ -19,11 +19,13 @@
 mod attempts;
 mod bindings;
 mod env;
+mod events;
 mod placing;
 mod pod_status;
 mod pods;
 mod recorder;
 mod release;
+mod runners;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +33,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use neocloud_broker::{Planner, Renter};
@@ -44,6 +45,7 @@ use crate::policies::PolicyRegistry;
 
 pub use attempts::class_reason;
 pub use pod_status::{Container, DesiredPod};
+pub use runners::{RunnerStatus, Runners};
 
 /// The label every binding carries with the name of the node that owns it.
 pub const NODE_LABEL: &str = "cloud.aibrix.ai/node";
@@ -71,6 +73,9 @@ pub struct ReconcilerConfig {
     pub retry_interval: Duration,
     /// How often a release is checked until the provider confirms the instance gone.
     pub release_poll: Duration,
+    /// The VM runner for providers that rent bare VMs; without it their instances count as
+    /// running when the VM is.
+    pub runners: Option<Arc<Runners>>,
 }
 
 impl ReconcilerConfig {
@@ -85,6 +90,7 @@ impl ReconcilerConfig {
             running_poll_interval: Duration::from_secs(30),
             retry_interval: Duration::from_secs(30),
             release_poll: Duration::from_secs(2),
+            runners: None,
         }
     }
 }
@@ -96,7 +102,7 @@ pub struct Reconciler {
     planner: Planner,
     renter: Renter,
     cel: Arc<CelEngine>,
-    events: Recorder,
+    events: events::Publisher,
     metrics: Arc<Metrics>,
     policies: Option<Arc<PolicyRegistry>>,
     caches: std::sync::OnceLock<Caches>,
@@ -157,11 +163,11 @@ impl Reconciler {
         metrics: Arc<Metrics>,
         policies: Option<Arc<PolicyRegistry>>,
     ) -> Arc<Reconciler> {
-        let reporter = Reporter {
-            controller: crate::vnode::FIELD_MANAGER.to_owned(),
-            instance: Some(cfg.node_name.clone()),
-        };
-        let events = Recorder::new(client.clone(), reporter);
+        let events = events::Publisher::new(
+            client.clone(),
+            crate::vnode::FIELD_MANAGER,
+            &cfg.node_name,
+        );
         Arc::new(Reconciler {
             client,
             cfg,
@@ -198,9 +204,15 @@ impl Reconciler {
             .modify(|p: &mut Pod| p.managed_fields_mut().clear())
             .reflect(pod_writer)
             .touched_objects();
-        let pod_controller = Controller::for_stream(pod_stream, pod_reader)
+        let mut pod_controller = Controller::for_stream(pod_stream, pod_reader)
             .owns(bindings.clone(), ours.clone())
             .with_config(config.clone());
+        if let Some(triggers) = self.cfg.runners.as_ref().and_then(|r| r.take_triggers()) {
+            let triggers = futures::stream::unfold(triggers, |mut rx| async move {
+                rx.recv().await.map(|pod| (pod, rx))
+            });
+            pod_controller = pod_controller.reconcile_on(triggers);
+        }
         let (binding_reader, binding_writer) = reflector::store();
         let binding_stream = watcher::watcher(bindings, ours)
             .default_backoff()
@@ -251,18 +263,12 @@ impl Reconciler {
         reason: &str,
         note: String,
     ) {
-        let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_owned(),
-            note: Some(truncate(note, 1000)),
-            action: reason.to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = self.events.publish(&event, &obj.object_ref(&())).await {
+        let note = truncate(note, 1000);
+        if let Err(e) = self
+            .events
+            .publish(&obj.object_ref(&()), warning, reason, &note)
+            .await
+        {
             tracing::warn!(reason, error = %e, "failed to publish an event");
         }
     }

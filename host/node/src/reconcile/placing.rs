@@ -105,6 +105,19 @@ impl Reconciler {
             .iter()
             .filter_map(|a| from_record(a, None))
             .collect();
+        // A VM provider boots the runner from user_data; registering the workload issues the
+        // runner's one-time token (and voids any earlier one of this Pod).
+        let boot = match &self.cfg.runners {
+            Some(runners) => match runners.boot(pod, &w, &env) {
+                Ok(user_data) => Some(user_data),
+                Err(e) => {
+                    return self
+                        .wait(pod, &b, status, "RunnerUnavailable", e.to_string())
+                        .await;
+                }
+            },
+            None => None,
+        };
         let key = binding_key(&b);
         let broker = Broker {
             planner,
@@ -119,6 +132,7 @@ impl Reconciler {
             workload: &w,
             env: &env,
             history: &history,
+            boot: boot.as_deref(),
         };
         let recorder = BindingRecorder {
             r: self,

@@ -16,9 +16,10 @@ use neocloud_core::{
 };
 
 use super::attempts::rfc3339;
-use super::pod_status::{DesiredPod, apply_body, is_current};
+use super::pod_status::{Container, DesiredPod, apply_body, is_current};
 use super::recorder::write_status;
 use super::release::{Ending, Release, binding_key};
+use super::runners::RunnerStatus;
 use super::{Error, FINALIZER, NODE_LABEL, Reconciler};
 use crate::crd::{
     AttemptOutcome, BindingPhase, CloudPodBinding, CloudPodBindingSpec, CloudPodBindingStatus,
@@ -181,13 +182,19 @@ impl Reconciler {
                 {
                     return Ok(Action::requeue(self.cfg.release_poll));
                 }
-                let want = match status.phase {
+                let mut want = match status.phase {
                     BindingPhase::Succeeded => DesiredPod {
                         phase: "Succeeded",
                         ..DesiredPod::failed(&ending.reason, ending.message)
                     },
                     _ => DesiredPod::failed(&ending.reason, ending.message),
                 };
+                if let Some(exit_code) = status.exit_code {
+                    want.container = Container::Terminated {
+                        reason: ending.reason,
+                        exit_code,
+                    };
+                }
                 self.set_pod(pod, &want).await?;
                 Ok(Action::await_change())
             }
@@ -217,8 +224,38 @@ impl Reconciler {
                 ))
             })?;
         let instance = provider.get(&instance_id).await?;
+        let runner = self
+            .cfg
+            .runners
+            .as_ref()
+            .filter(|r| provider_id.is_some_and(|p| r.runs_on(p)))
+            .and_then(|r| r.status(&pod.uid().unwrap_or_default()));
         let (reason, message) = match &instance {
+            // Checked first: once the lost instance is being deleted it reads as gone.
+            _ if runner == Some(RunnerStatus::Lost) => (
+                "RunnerLost",
+                format!(
+                    "the runner on {} instance {instance_id} stopped sending heartbeats; the \
+                     instance is terminated",
+                    status.provider.as_deref().unwrap_or_default()
+                ),
+            ),
             Some(i) if i.phase == InstancePhase::Running => {
+                match runner {
+                    Some(RunnerStatus::Exited(code)) => {
+                        return self.exited(pod, &b, status, i, code).await;
+                    }
+                    Some(RunnerStatus::Booting | RunnerStatus::Starting) => {
+                        let message = format!(
+                            "{} is up; waiting for its runner to start the container",
+                            describe(i)
+                        );
+                        self.set_pod(pod, &DesiredPod::pending("ContainerCreating", message))
+                            .await?;
+                        return Ok(Action::requeue(self.cfg.poll_interval));
+                    }
+                    _ => {}
+                }
                 if status.phase != BindingPhase::Running {
                     status.phase = BindingPhase::Running;
                     status.reason = Some("Running".into());
@@ -255,11 +292,7 @@ impl Reconciler {
             ),
         };
         let restart = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never");
-        let replaced = status
-            .attempts
-            .iter()
-            .filter(|a| matches!(a.failure_class.as_deref(), Some("preempted" | "lost")))
-            .count();
+        let replaced = replacements(&status);
         if restart && replaced < MAX_REPLACEMENTS {
             let class = if reason == "InstanceStopped" {
                 FailureClass::Preempted
@@ -270,6 +303,64 @@ impl Reconciler {
         }
         self.event(pod, true, reason, message.clone()).await;
         self.fail(pod, &b, reason, message).await
+    }
+
+    /// The runner reports the container ended with `code`: under the Pod's restartPolicy it
+    /// runs again on a new instance, or the binding ends (Succeeded on 0, Failed otherwise),
+    /// the instance is released and the Pod ends with the code.
+    async fn exited(
+        &self,
+        pod: &Pod,
+        b: &CloudPodBinding,
+        mut status: CloudPodBindingStatus,
+        i: &InstanceState,
+        code: i32,
+    ) -> Result<Action, Error> {
+        let message = format!("the container on {} exited with code {code}", describe(i));
+        let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
+        let again = match policy {
+            Some("Never") => false,
+            Some("OnFailure") => code != 0,
+            _ => true,
+        };
+        let replaced = replacements(&status);
+        if again && replaced < MAX_REPLACEMENTS {
+            return self
+                .replace(pod, b, status, FailureClass::Lost, message)
+                .await;
+        }
+        let (phase, reason) = if code == 0 {
+            (BindingPhase::Succeeded, "Completed")
+        } else {
+            (BindingPhase::Failed, "Error")
+        };
+        let current = if status.exit_code == Some(code) {
+            b.clone()
+        } else {
+            status.exit_code = Some(code);
+            write_status(&self.client, b, &status).await?
+        };
+        let ending = Ending {
+            phase,
+            reason: reason.to_owned(),
+            message: message.clone(),
+        };
+        if let Release::Waiting(_) = self.release(&current, &ending).await? {
+            return Ok(Action::requeue(self.cfg.release_poll));
+        }
+        let want = DesiredPod {
+            phase: if code == 0 { "Succeeded" } else { "Failed" },
+            reason: Some(reason.to_owned()),
+            message: Some(message.clone()),
+            container: Container::Terminated {
+                reason: reason.to_owned(),
+                exit_code: code,
+            },
+        };
+        if self.set_pod(pod, &want).await? {
+            self.event(pod, code != 0, reason, message).await;
+        }
+        Ok(Action::await_change())
     }
 
     /// The instance ended by itself and the Pod's restartPolicy asks for it to run again: the
@@ -401,8 +492,20 @@ impl Reconciler {
             ..DeleteParams::default()
         };
         ignore_gone(pods.delete(&pod.name_any(), &dp).await)?;
+        if let Some(runners) = &self.cfg.runners {
+            runners.forget(&pod.uid().unwrap_or_default());
+        }
         Ok(Action::await_change())
     }
+}
+
+/// How many instances of the binding were replaced after they stopped or were lost.
+fn replacements(status: &CloudPodBindingStatus) -> usize {
+    status
+        .attempts
+        .iter()
+        .filter(|a| matches!(a.failure_class.as_deref(), Some("preempted" | "lost")))
+        .count()
 }
 
 /// A 404 (already gone) or 409 (another object now has the name) is success for a delete.

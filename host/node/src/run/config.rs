@@ -45,6 +45,9 @@ pub struct RunConfig {
     /// How often provider health is checked, seconds.
     #[serde(default = "default_health_seconds")]
     pub health_interval_seconds: u64,
+    /// The VM runner for Lambda Cloud. Without it a Lambda Pod is Running once its VM is.
+    #[serde(default)]
+    pub runner: Option<super::vm::RunnerSettings>,
 }
 
 /// Leader election over a Lease.
@@ -172,6 +175,9 @@ impl RunConfig {
         }
         if self.health_interval_seconds == 0 {
             bail!("healthIntervalSeconds: 0 must be at least 1");
+        }
+        if let Some(runner) = &self.runner {
+            runner.check()?;
         }
         self.metrics_address
             .parse::<std::net::SocketAddr>()

@@ -5,6 +5,7 @@
 
 mod capacity;
 mod config;
+mod vm;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +25,7 @@ use tokio::sync::{oneshot, watch};
 
 pub use capacity::gpus_within_budget;
 pub use config::{LeaderElection, ReconcilerSettings, RunConfig};
+pub use vm::RunnerSettings;
 
 use crate::metrics::{self, Metrics};
 use crate::policies::PolicyRegistry;
@@ -115,6 +117,25 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     rc.poll_interval = cfg.poll_interval();
     rc.running_poll_interval = cfg.running_poll_interval();
     rc.retry_interval = cfg.retry_interval();
+    // Kept alive for the node's lifetime: dropping the server stops it.
+    let _callback = match &cfg.runner {
+        Some(settings) => {
+            let (server, runners) = settings
+                .start()
+                .await
+                .context("failed to start the runner callback server")?;
+            rc.runners = Some(runners);
+            Some(server)
+        }
+        None => {
+            if ids.contains(&ProviderId::Lambda) {
+                tracing::warn!(
+                    "lambda is enabled without a runner: its Pods are Running once their VM is, with no container, logs or heartbeats"
+                );
+            }
+            None
+        }
+    };
     let cel = Arc::new(CelEngine::new(CelLimits::default()));
     let wasm = WasmEngine::new(EngineConfig::default())
         .map_err(|e| anyhow::anyhow!("failed to start the Wasm policy engine: {e}"))?;

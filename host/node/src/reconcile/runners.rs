@@ -1,0 +1,170 @@
+//! The reconciler's side of the VM runner: for a provider that rents bare VMs (Lambda Cloud),
+//! the Pod's workload is registered with the callback server before each rental, the VM's
+//! `user_data` carries the runner and its one-time bootstrap token, and the Pod follows what the
+//! runner reports (starting, running, exited with a code, or lost when its heartbeats stop)
+//! rather than the VM's state alone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use neocloud_core::{ProviderId, WorkloadSpec};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+use crate::callback::{
+    CallbackError, CallbackHandle, EnvVar, RunnerEvent, RunnerEventKind, RunnerState, Workload,
+};
+use crate::runner::{UserDataOptions, render_user_data};
+
+/// What the node knows of a binding's runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerStatus {
+    /// Registered; the runner has not reported yet (the VM is booting).
+    Booting,
+    /// The runner has the workload and is starting it.
+    Starting,
+    /// The workload runs.
+    Running,
+    /// The workload ended with this code.
+    Exited(i32),
+    /// The runner authenticated, then stopped sending heartbeats.
+    Lost,
+}
+
+/// The callback server's handle plus what the reconciler needs to boot runners and follow them.
+pub struct Runners {
+    handle: CallbackHandle,
+    callback_url: String,
+    cert_pem: String,
+    options: UserDataOptions,
+    providers: Vec<ProviderId>,
+    state: Mutex<HashMap<String, (ObjectRef<Pod>, RunnerStatus)>>,
+    trigger: mpsc::UnboundedSender<ObjectRef<Pod>>,
+    triggers: Mutex<Option<mpsc::UnboundedReceiver<ObjectRef<Pod>>>>,
+}
+
+impl std::fmt::Debug for Runners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runners")
+            .field("callback_url", &self.callback_url)
+            .field("providers", &self.providers)
+            .field("bindings", &self.state.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runners {
+    /// Runners for `providers` (the ones that rent VMs), reaching the node at `callback_url`
+    /// and trusting `cert_pem`.
+    pub fn new(
+        handle: CallbackHandle,
+        callback_url: impl Into<String>,
+        cert_pem: impl Into<String>,
+        options: UserDataOptions,
+        providers: Vec<ProviderId>,
+    ) -> Arc<Runners> {
+        let (trigger, triggers) = mpsc::unbounded_channel();
+        Arc::new(Runners {
+            handle,
+            callback_url: callback_url.into(),
+            cert_pem: cert_pem.into(),
+            options,
+            providers,
+            state: Mutex::new(HashMap::new()),
+            trigger,
+            triggers: Mutex::new(Some(triggers)),
+        })
+    }
+
+    /// Whether instances of `provider` are run by the runner.
+    pub fn runs_on(&self, provider: ProviderId) -> bool {
+        self.providers.contains(&provider)
+    }
+
+    /// The callback handle (for logs).
+    pub fn handle(&self) -> &CallbackHandle {
+        &self.handle
+    }
+
+    /// Registers the Pod's workload (replacing an earlier registration, whose token stops
+    /// working) and renders the `user_data` that boots its runner.
+    pub fn boot(
+        &self,
+        pod: &Pod,
+        w: &WorkloadSpec,
+        env: &[(String, String)],
+    ) -> Result<String, CallbackError> {
+        let uid = pod.uid().unwrap_or_default();
+        let workload = Workload {
+            image: w.image.clone(),
+            command: w.command.clone(),
+            args: w.args.clone(),
+            env: env
+                .iter()
+                .map(|(name, value)| EnvVar {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            working_dir: None,
+        };
+        let token = self.handle.register(&uid, workload)?;
+        self.state
+            .lock()
+            .insert(uid, (ObjectRef::from_obj(pod), RunnerStatus::Booting));
+        Ok(render_user_data(
+            &self.callback_url,
+            &self.cert_pem,
+            &token,
+            &self.options,
+        ))
+    }
+
+    /// What the runner of the Pod with this uid last reported; `None` when it was never
+    /// booted by this process.
+    pub fn status(&self, uid: &str) -> Option<RunnerStatus> {
+        self.state.lock().get(uid).map(|(_, s)| *s)
+    }
+
+    /// Forgets a binding: its tokens stop working and its log readers finish.
+    pub fn forget(&self, uid: &str) {
+        self.handle.unregister(uid);
+        self.state.lock().remove(uid);
+    }
+
+    /// The Pods to reconcile because their runner reported; taken once, by the controller.
+    pub(super) fn take_triggers(&self) -> Option<mpsc::UnboundedReceiver<ObjectRef<Pod>>> {
+        self.triggers.lock().take()
+    }
+
+    /// Applies the callback server's events until the channel closes.
+    pub async fn follow(self: Arc<Self>, mut events: mpsc::Receiver<RunnerEvent>) {
+        while let Some(event) = events.recv().await {
+            self.apply(&event);
+        }
+    }
+
+    fn apply(&self, event: &RunnerEvent) {
+        let status = match &event.kind {
+            RunnerEventKind::Lost => RunnerStatus::Lost,
+            RunnerEventKind::State(report) => match report.state {
+                RunnerState::Starting => RunnerStatus::Starting,
+                RunnerState::Running => RunnerStatus::Running,
+                RunnerState::Exited => RunnerStatus::Exited(report.exit_code.unwrap_or(1)),
+            },
+        };
+        let pod = {
+            let mut state = self.state.lock();
+            let Some(entry) = state.get_mut(&event.uid) else {
+                return;
+            };
+            entry.1 = status;
+            entry.0.clone()
+        };
+        tracing::info!(pod = %pod, ?status, "runner reported");
+        let _ = self.trigger.send(pod);
+    }
+}

@@ -1,0 +1,233 @@
+//! The `runner:` section of the node's configuration and the callback server it starts: how
+//! VMs rented from Lambda Cloud boot `neocloud-node runner` and reach the node.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use neocloud_core::ProviderId;
+use serde::Deserialize;
+
+use crate::callback::{CallbackConfig, CallbackServer, DEFAULT_TRUST_DOMAIN, TlsMaterial};
+use crate::reconcile::Runners;
+use crate::runner::{ExecutorKind, RunnerDownload, UserDataOptions};
+
+/// The VM runner: where its callback listens, the URL runners use, and how they start.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RunnerSettings {
+    /// The callback server's listen address.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// The `https://` URL runners on the VMs reach the callback server at.
+    pub callback_url: String,
+    /// The server certificate (PEM); without it a self-signed one for the URL's host is made
+    /// at start and pinned in each VM's `user_data`.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// The certificate's key (PEM), with `certFile`.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// Trust domain of the runners' SPIFFE IDs.
+    #[serde(default = "default_trust_domain")]
+    pub trust_domain: String,
+    /// A runner silent this long after it authenticated is lost: its instance is terminated
+    /// and the Pod placed again. Seconds.
+    #[serde(default = "default_heartbeat_timeout")]
+    pub heartbeat_timeout_seconds: u64,
+    /// How often runners send heartbeats, seconds.
+    #[serde(default = "default_heartbeat_interval")]
+    pub heartbeat_interval_seconds: u64,
+    /// The runner binary's path on the VM image.
+    #[serde(default = "default_runner_path")]
+    pub runner_path: String,
+    /// Download the runner from this HTTPS URL first (with `downloadSha256`).
+    #[serde(default)]
+    pub download_url: Option<String>,
+    /// The downloaded runner's SHA-256, lowercase hex.
+    #[serde(default)]
+    pub download_sha256: Option<String>,
+    /// `docker` (the image runs with `docker run --gpus all`) or `process` (the command runs
+    /// directly on the VM; for images without Docker, and for the simulator).
+    #[serde(default = "default_executor")]
+    pub executor: String,
+}
+
+fn default_listen() -> String {
+    "0.0.0.0:8443".to_owned()
+}
+fn default_trust_domain() -> String {
+    DEFAULT_TRUST_DOMAIN.to_owned()
+}
+fn default_heartbeat_timeout() -> u64 {
+    60
+}
+fn default_heartbeat_interval() -> u64 {
+    15
+}
+fn default_runner_path() -> String {
+    crate::runner::DEFAULT_RUNNER_PATH.to_owned()
+}
+fn default_executor() -> String {
+    "docker".to_owned()
+}
+
+impl RunnerSettings {
+    /// Checks every field; errors name the field and the value.
+    pub fn check(&self) -> anyhow::Result<()> {
+        self.listen_addr()?;
+        self.executor_kind()?;
+        let url = reqwest::Url::parse(&self.callback_url)
+            .with_context(|| format!("runner.callbackUrl: {:?} is not a URL", self.callback_url))?;
+        if url.scheme() != "https" || url.host_str().is_none() {
+            bail!(
+                "runner.callbackUrl: {:?} must be an https:// URL with a host (runners fetch secrets from it)",
+                self.callback_url
+            );
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            bail!("runner.certFile and runner.keyFile: set both or neither");
+        }
+        if self.heartbeat_interval_seconds == 0 {
+            bail!("runner.heartbeatIntervalSeconds: 0 must be at least 1");
+        }
+        if self.heartbeat_timeout_seconds < 2 * self.heartbeat_interval_seconds {
+            bail!(
+                "runner.heartbeatTimeoutSeconds: {} must be at least twice heartbeatIntervalSeconds ({})",
+                self.heartbeat_timeout_seconds,
+                self.heartbeat_interval_seconds
+            );
+        }
+        match (&self.download_url, &self.download_sha256) {
+            (None, None) => {}
+            (Some(u), Some(sha)) => {
+                if !u.starts_with("https://") {
+                    bail!("runner.downloadUrl: {u:?} must be an https:// URL");
+                }
+                if sha.len() != 64 || !sha.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+                    bail!("runner.downloadSha256: {sha:?} is not 64 lowercase hex digits");
+                }
+            }
+            _ => bail!("runner.downloadUrl and runner.downloadSha256: set both or neither"),
+        }
+        Ok(())
+    }
+
+    fn listen_addr(&self) -> anyhow::Result<SocketAddr> {
+        self.listen
+            .parse()
+            .with_context(|| format!("runner.listen: {:?} is not an address:port", self.listen))
+    }
+
+    fn executor_kind(&self) -> anyhow::Result<ExecutorKind> {
+        match self.executor.as_str() {
+            "docker" => Ok(ExecutorKind::Docker),
+            "process" => Ok(ExecutorKind::Process),
+            other => bail!("runner.executor: {other:?} is not one of docker, process"),
+        }
+    }
+
+    /// Starts the callback server and returns it with the reconciler's view of the runners
+    /// (on Lambda Cloud, the one provider that rents VMs). The server stops when dropped.
+    pub async fn start(&self) -> anyhow::Result<(CallbackServer, Arc<Runners>)> {
+        let tls = match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => TlsMaterial::from_files(cert, key)?,
+            _ => {
+                let host = reqwest::Url::parse(&self.callback_url)?
+                    .host_str()
+                    .unwrap_or_default()
+                    .trim_matches(['[', ']'])
+                    .to_owned();
+                TlsMaterial::self_signed(&[host])?
+            }
+        };
+        let config = CallbackConfig {
+            listen: self.listen_addr()?,
+            trust_domain: self.trust_domain.clone(),
+            heartbeat_timeout: Duration::from_secs(self.heartbeat_timeout_seconds),
+            ..CallbackConfig::default()
+        };
+        let (server, events) = CallbackServer::start(config, &tls).await?;
+        let options = UserDataOptions {
+            runner_path: self.runner_path.clone(),
+            download: self
+                .download_url
+                .clone()
+                .zip(self.download_sha256.clone())
+                .map(|(url, sha256)| RunnerDownload { url, sha256 }),
+            executor: self.executor_kind()?,
+            heartbeat_interval: Duration::from_secs(self.heartbeat_interval_seconds),
+        };
+        let runners = Runners::new(
+            server.handle(),
+            self.callback_url.clone(),
+            server.cert_pem(),
+            options,
+            vec![ProviderId::Lambda],
+        );
+        tokio::spawn(Arc::clone(&runners).follow(events));
+        Ok((server, runners))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(extra: &str) -> anyhow::Result<RunnerSettings> {
+        let s: RunnerSettings =
+            serde_yaml::from_str(&format!("callbackUrl: https://node.example:8443\n{extra}"))?;
+        s.check()?;
+        Ok(s)
+    }
+
+    #[test]
+    fn defaults_are_docker_with_a_minute_of_heartbeats() {
+        let s = settings("").unwrap();
+        assert_eq!(s.listen, "0.0.0.0:8443");
+        assert_eq!(s.executor, "docker");
+        assert_eq!(s.heartbeat_timeout_seconds, 60);
+        assert_eq!(s.heartbeat_interval_seconds, 15);
+    }
+
+    #[test]
+    fn bad_fields_are_named_with_their_value() {
+        for (extra, field, value) in [
+            ("listen: nowhere", "runner.listen", "nowhere"),
+            ("executor: podman", "runner.executor", "podman"),
+            (
+                "heartbeatTimeoutSeconds: 20",
+                "runner.heartbeatTimeoutSeconds",
+                "20",
+            ),
+            (
+                "heartbeatIntervalSeconds: 0",
+                "runner.heartbeatIntervalSeconds",
+                "0",
+            ),
+            ("certFile: /tmp/c.pem", "runner.certFile", "keyFile"),
+            ("downloadUrl: http://x/r", "runner.downloadUrl", ""),
+            (
+                "downloadUrl: http://x/r\ndownloadSha256: 00",
+                "runner.downloadUrl",
+                "http://x/r",
+            ),
+            (
+                "downloadUrl: https://x/r\ndownloadSha256: 00",
+                "runner.downloadSha256",
+                "00",
+            ),
+        ] {
+            let e = format!("{:#}", settings(extra).unwrap_err());
+            assert!(e.contains(field) && e.contains(value), "{extra}: {e}");
+        }
+        let plain: RunnerSettings = serde_yaml::from_str("callbackUrl: http://node:8443").unwrap();
+        let e = format!("{:#}", plain.check().unwrap_err());
+        assert!(
+            e.contains("runner.callbackUrl") && e.contains("http://node:8443"),
+            "{e}"
+        );
+    }
+}
