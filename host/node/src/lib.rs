@@ -17,4 +17,5 @@ pub mod run;
 pub mod runner;
 pub mod smoke;
 pub mod sweeper;
+pub mod tls;
 pub mod vnode;
