@@ -7,6 +7,7 @@
 
 pub mod callback;
 pub mod crd;
+pub mod kubelet;
 pub mod metrics;
 pub mod naming;
 pub mod policies;
