@@ -7,6 +7,7 @@
 
 pub mod callback;
 pub mod crd;
+pub mod kubelet;
 pub mod metrics;
 pub mod naming;
 pub mod policies;
@@ -17,4 +18,5 @@ pub mod run;
 pub mod runner;
 pub mod smoke;
 pub mod sweeper;
+pub mod tls;
 pub mod vnode;

@@ -199,6 +199,8 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
         &["create", "events", "-n", "default"],
         &["update", "leases", "-n", "kube-node-lease"],
         &["create", "cloudpodbindings.cloud.aibrix.ai", "-A"],
+        &["create", "tokenreviews.authentication.k8s.io"],
+        &["create", "subjectaccessreviews.authorization.k8s.io"],
         &[
             "patch",
             "burstpolicies.cloud.aibrix.ai",
@@ -220,6 +222,7 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
         &["create", "clusterroles.rbac.authorization.k8s.io"],
         &["create", "deployments.apps", "-A"],
         &["create", "serviceaccounts/token", "-A"],
+        &["get", "nodes", "--subresource=proxy"],
     ];
     for args in refused {
         assert!(

@@ -19,6 +19,9 @@ use crate::readiness::{http_get, wait_until_ready};
 const APISERVER_TIMEOUT: Duration = Duration::from_secs(180);
 const COMPONENT_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// The user of the API server's client certificate for kubelets (in `system:masters`).
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
+
 impl ControlPlane {
     pub(crate) fn write_pki(&self) -> Result<(), Error> {
         let dir = self.dir().join("pki");
@@ -38,6 +41,14 @@ impl ControlPlane {
         self.write_cert(
             "front-proxy-client",
             &self.pki().client("front-proxy-client", &[])?,
+        )?;
+        // How the API server authenticates to kubelets (`kubectl logs`, exec, port-forward), as
+        // kubeadm's apiserver-kubelet-client: a kubelet authorizes it for nodes/proxy.
+        self.write_cert(
+            "apiserver-kubelet-client",
+            &self
+                .pki()
+                .client(KUBELET_CLIENT_USER, &["system:masters"])?,
         )?;
         let admin = self.cert_paths("admin");
         kubeconfig::write(
@@ -130,6 +141,13 @@ impl ControlPlane {
             "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
             format!("--proxy-client-cert-file={}", p("front-proxy-client.crt")),
             format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
+            format!(
+                "--kubelet-client-certificate={}",
+                p("apiserver-kubelet-client.crt")
+            ),
+            format!("--kubelet-client-key={}", p("apiserver-kubelet-client.key")),
+            // Virtual nodes in tests serve their kubelet API on 127.0.0.1, their InternalIP.
+            "--kubelet-preferred-address-types=InternalIP".to_owned(),
         ];
         args.extend(options.extra_apiserver_args.iter().cloned());
         let mut apiserver = self.spawn(bin, "kube-apiserver", &args, None)?;

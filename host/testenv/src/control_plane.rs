@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::kubeconfig::{self, KubeconfigSpec};
-use crate::pki::Pki;
+use crate::pki::{CertPair, Pki};
 use crate::process::Supervised;
 use crate::readiness;
 use crate::{Error, binaries};
@@ -171,6 +171,12 @@ impl ControlPlane {
         let cert = self.write_cert(&format!("user-{slug}"), &self.pki.client(user, groups)?)?;
         let path = self.dir.join(format!("user-{slug}.kubeconfig"));
         kubeconfig::write(&path, &self.spec_for(&self.api_url, Some(cert)))
+    }
+
+    /// A client certificate for `user` in `groups` from this control plane's CA, for calling
+    /// servers that trust [`Self::ca_pem`] directly (a node's kubelet API, for example).
+    pub fn client_cert(&self, user: &str, groups: &[&str]) -> Result<CertPair, Error> {
+        self.pki.client(user, groups)
     }
 
     /// A client authenticated by certificate as `user` in `groups`.

@@ -7,6 +7,10 @@
 //! of every log is printed when a test that holds a [`TestContext`] fails. Every process stops when
 //! the control plane is dropped or the test process exits, even after a panic.
 //!
+//! The API server reaches a node's kubelet API (`kubectl logs`) at the node's InternalIP with a
+//! client certificate from the same CA, user [`KUBELET_CLIENT_USER`] in `system:masters`: a
+//! kubelet server under test trusts [`ControlPlane::ca_pem`] for client certificates.
+//!
 //! The binaries are built from the Go module proxy by `hack/testenv/build.sh` (`make testenv`);
 //! this crate never builds them. It is for tests and local runs, not for production clusters.
 //!
@@ -30,6 +34,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use binaries::{BINARIES, locate as locate_binaries};
+pub use components::KUBELET_CLIENT_USER;
 pub use context::{TestContext, shared};
 pub use control_plane::{ControlPlane, Options};
 pub use pki::{CertPair, Pki};

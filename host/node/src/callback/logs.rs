@@ -5,7 +5,8 @@
 //! what they have not seen, so a slow reader never blocks the writer and never sees a line twice.
 //! Lines evicted before a follower reads them are skipped.
 //!
-//! Not the HTTP of either side: the callback server appends, the kubelet API (later) reads.
+//! Not the HTTP of either side: the callback server appends, the kubelet API
+//! ([`crate::kubelet`]) reads.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

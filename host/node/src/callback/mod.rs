@@ -13,17 +13,16 @@ mod logs;
 mod ratelimit;
 mod server;
 mod state;
-mod tls;
 pub mod tokens;
 mod wire;
 
 use std::time::Duration;
 
+pub use crate::tls::TlsMaterial;
 pub use logs::{LogBuffer, LogLimits, LogLine, LogOptions};
 pub use ratelimit::RateLimit;
 pub use server::CallbackServer;
 pub use state::CallbackHandle;
-pub use tls::TlsMaterial;
 pub use tokens::{BootstrapToken, Secret, SessionToken, TokenError};
 pub use wire::{
     EnvVar, ErrorBody, LogRecord, LogStream, RunnerState, StatusReport, TokenRequest,
@@ -109,4 +108,13 @@ pub enum CallbackError {
     /// The listening socket could not be opened.
     #[error("runner callback: {0}")]
     Bind(String),
+}
+
+impl From<crate::tls::TlsError> for CallbackError {
+    fn from(e: crate::tls::TlsError) -> Self {
+        match e {
+            crate::tls::TlsError::Material(m) => Self::Tls(m),
+            crate::tls::TlsError::Bind(m) => Self::Bind(m),
+        }
+    }
 }

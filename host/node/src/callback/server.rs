@@ -32,10 +32,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::state::{CallbackHandle, State as Shared, monitor_heartbeats};
-use super::tls::{ClientAddr, TlsListener, TlsMaterial};
 use super::tokens::{IssuedSession, TokenError};
 use super::wire::{ErrorBody, LogRecord, StatusReport, TokenRequest, TokenResponse};
 use super::{CallbackConfig, CallbackError, RunnerEvent};
+use crate::tls::{ClientAddr, TlsListener, TlsMaterial};
 
 /// The longest accepted log record (one NDJSON line), in bytes.
 const MAX_LOG_RECORD: usize = 256 * 1024;
@@ -62,7 +62,7 @@ impl CallbackServer {
         let tcp = TcpListener::bind(config.listen).await.map_err(|e| {
             CallbackError::Bind(format!("failed to listen on {}: {e}", config.listen))
         })?;
-        let listener = TlsListener::new(tcp, tls)?;
+        let listener = TlsListener::new(tcp, tls.server_config(None)?, "callback")?;
         let local_addr = axum::serve::Listener::local_addr(&listener)
             .map_err(|e| CallbackError::Bind(e.to_string()))?;
         let (events_tx, events) = mpsc::channel(1024);

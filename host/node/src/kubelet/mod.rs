@@ -1,0 +1,127 @@
+//! The node's kubelet API: what the API server calls for `kubectl logs`. A TLS server on the port
+//! the Node advertises (`daemonEndpoints.kubeletEndpoint`, 10250 by default) that serves
+//! `GET /containerLogs/{namespace}/{pod}/{container}` with the kubelet's query parameters, and
+//! `GET /healthz`.
+//!
+//! Callers authenticate as a kubelet's do: with a client certificate that chains to
+//! [`KubeletConfig::client_ca_pem`] (the API server's `--kubelet-client-certificate`), or with a
+//! bearer token the API server accepts in a TokenReview. They are then authorized by a
+//! SubjectAccessReview for the node's `proxy` subresource. Logs come from a [`LogSource`];
+//! [`CallbackLogSource`] reads those the runner callback holds.
+//!
+//! ```no_run
+//! # async fn demo(
+//! #     node: neocloud_node::vnode::NodeConfig,
+//! #     client: kube::Client,
+//! #     source: std::sync::Arc<dyn neocloud_node::kubelet::LogSource>,
+//! # ) -> Result<(), neocloud_node::kubelet::KubeletError> {
+//! use std::sync::Arc;
+//! use neocloud_node::callback::TlsMaterial;
+//! use neocloud_node::kubelet::{KubeAccessReview, KubeletConfig, KubeletServer};
+//!
+//! let config = KubeletConfig::for_node(&node)
+//!     .with_client_ca_file("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt".as_ref())?;
+//! let tls = TlsMaterial::self_signed(&[node.name.clone(), node.address.clone()])?;
+//! let reviews = Arc::new(KubeAccessReview::new(client));
+//! let server = KubeletServer::start(config, &tls, reviews, source).await?;
+//! # server.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Not the Node object (see [`crate::vnode`]) and not where a Pod's provider is decided: the
+//! reconciler knows that and hands it over through the [`PodLookup`].
+
+mod auth;
+mod request;
+mod server;
+mod source;
+mod x509;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+pub use auth::{AccessReview, Decision, KubeAccessReview, Refusal, ReviewError, UserInfo};
+pub use request::RequestError;
+pub use server::KubeletServer;
+pub use source::{CallbackLogSource, LogError, LogSource, PodLookup, PodPlacement, PodRef};
+
+use crate::tls::TlsError;
+use crate::vnode::NodeConfig;
+
+/// The kubelet API port unless configured otherwise.
+pub const DEFAULT_PORT: u16 = 10250;
+
+/// How the kubelet API server behaves.
+#[derive(Debug, Clone)]
+pub struct KubeletConfig {
+    /// Address to listen on (port 0 picks one).
+    pub listen: SocketAddr,
+    /// The node's name: the object of the SubjectAccessReviews.
+    pub node_name: String,
+    /// The CA (PEM) whose client certificates authenticate their common name and organizations,
+    /// usually the cluster CA that signed the API server's kubelet client certificate. Without
+    /// it only bearer tokens authenticate.
+    pub client_ca_pem: Option<String>,
+    /// How long accepted tokens and allowed users are remembered (30 s by default; zero turns
+    /// the caches off).
+    pub auth_cache_ttl: Duration,
+}
+
+impl KubeletConfig {
+    /// Listens on every address at [`DEFAULT_PORT`] for node `node_name`, with no client CA.
+    pub fn new(node_name: impl Into<String>) -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+            node_name: node_name.into(),
+            client_ca_pem: None,
+            auth_cache_ttl: Duration::from_secs(30),
+        }
+    }
+
+    /// The configuration for the node `node` registers: its name and its kubelet port.
+    pub fn for_node(node: &NodeConfig) -> Self {
+        let mut config = Self::new(&node.name);
+        config.listen.set_port(node.kubelet_port);
+        config
+    }
+
+    /// Trusts the client certificates of the CA in the PEM file at `path`.
+    pub fn with_client_ca_file(mut self, path: &Path) -> Result<Self, KubeletError> {
+        let pem = std::fs::read_to_string(path).map_err(|e| KubeletError::ClientCa {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        self.client_ca_pem = Some(pem);
+        Ok(self)
+    }
+}
+
+/// Errors of starting the kubelet API server.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    /// The client CA file could not be read.
+    #[error("failed to read the kubelet client CA {path}: {message}")]
+    ClientCa {
+        /// The file.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+    /// TLS material could not be made or loaded.
+    #[error("kubelet API TLS: {0}")]
+    Tls(String),
+    /// The listening socket could not be opened.
+    #[error("kubelet API: {0}")]
+    Bind(String),
+}
+
+impl From<TlsError> for KubeletError {
+    fn from(e: TlsError) -> Self {
+        match e {
+            TlsError::Material(m) => Self::Tls(m),
+            TlsError::Bind(m) => Self::Bind(m),
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! The kubelet API's HTTPS server: `GET /healthz` for anyone, and for authenticated, authorized
+//! callers `GET /containerLogs/{namespace}/{pod}/{container}`, streamed (chunked) so that a
+//! follower gets each line as it arrives. Every other path is a 404 (after authorization, as on a
+//! kubelet). Errors are plain text, which the API server hands on to `kubectl logs`.
+//!
+//! Not exec, attach, port-forward or metrics: a virtual node has no containers to enter.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::connect_info::Connected;
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::Response;
+use axum::routing::get;
+use axum::serve::IncomingStream;
+use futures::StreamExt;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::auth::{AccessReview, Gate, Refusal, UserInfo, verb};
+use super::request::{RequestError, parse_path, parse_query};
+use super::source::LogSource;
+use super::{KubeletConfig, KubeletError, x509};
+use crate::tls::{TlsListener, TlsMaterial};
+
+/// How long [`KubeletServer::shutdown`] lets open log streams finish before cutting them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The caller of one connection: its address and the user of its verified client certificate.
+#[derive(Debug, Clone)]
+struct Peer {
+    addr: SocketAddr,
+    certificate: Option<UserInfo>,
+}
+
+impl Connected<IncomingStream<'_, TlsListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
+        let (_, session) = stream.io().get_ref();
+        let certificate = session
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .and_then(|leaf| x509::subject(leaf))
+            .map(|(name, groups)| UserInfo {
+                name,
+                groups,
+                ..Default::default()
+            });
+        Self {
+            addr: *stream.remote_addr(),
+            certificate,
+        }
+    }
+}
+
+struct App {
+    gate: Gate,
+    source: Arc<dyn LogSource>,
+}
+
+/// A running kubelet API server.
+#[derive(Debug)]
+pub struct KubeletServer {
+    local_addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl KubeletServer {
+    /// Binds `config.listen` and serves HTTPS with `tls`, trusting client certificates of
+    /// `config.client_ca_pem`, checking tokens and access with `reviews`, and reading logs from
+    /// `source`.
+    pub async fn start(
+        config: KubeletConfig,
+        tls: &TlsMaterial,
+        reviews: Arc<dyn AccessReview>,
+        source: Arc<dyn LogSource>,
+    ) -> Result<Self, KubeletError> {
+        let server_config = tls.server_config(config.client_ca_pem.as_deref())?;
+        let tcp = TcpListener::bind(config.listen).await.map_err(|e| {
+            KubeletError::Bind(format!("failed to listen on {}: {e}", config.listen))
+        })?;
+        let listener = TlsListener::new(tcp, server_config, "kubelet")?;
+        let local_addr = axum::serve::Listener::local_addr(&listener)
+            .map_err(|e| KubeletError::Bind(e.to_string()))?;
+        let gate = Gate::new(reviews, config.node_name.clone(), config.auth_cache_ttl);
+        let app = Arc::new(App { gate, source });
+        let service = routes(app).into_make_service_with_connect_info::<Peer>();
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, service).with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "kubelet: server failed");
+            }
+        });
+        tracing::info!(addr = %local_addr, node = %config.node_name, "kubelet: serving the kubelet API");
+        Ok(Self {
+            local_addr,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting, gives open streams a few seconds to finish, then cuts them.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut self.task)
+            .await
+            .is_err()
+        {
+            self.task.abort();
+        }
+    }
+}
+
+impl Drop for KubeletServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn routes(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(container_logs)
+        .with_state(app)
+}
+
+fn text(status: StatusCode, message: String) -> Response {
+    let mut response = plain(Body::from(message));
+    *response.status_mut() = status;
+    response
+}
+
+/// A 200 with a text body.
+fn plain(body: Body) -> Response {
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+async fn container_logs(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let user = match app.admit(&peer, &method, &headers).await {
+        Ok(user) => user,
+        Err(refusal) => {
+            tracing::debug!(peer = %peer.addr, path = uri.path(), %refusal, "kubelet: refused");
+            return text(refusal.status(), refusal.to_string());
+        }
+    };
+    match app.serve_logs(&user, &method, &uri).await {
+        Ok(response) => response,
+        Err((status, message)) => text(status, message),
+    }
+}
+
+impl App {
+    /// The caller, if authenticated and allowed to use this node's kubelet API.
+    async fn admit(
+        &self,
+        peer: &Peer,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Result<UserInfo, Refusal> {
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_token);
+        let user = self
+            .gate
+            .authenticate(peer.certificate.as_ref(), bearer)
+            .await?;
+        self.gate.authorize(&user, verb(method)).await?;
+        Ok(user)
+    }
+
+    async fn serve_logs(
+        &self,
+        user: &UserInfo,
+        method: &Method,
+        uri: &Uri,
+    ) -> Result<Response, (StatusCode, String)> {
+        let (pod, container) = parse_path(uri.path()).map_err(|e| match e {
+            RequestError::NotFound(_) => (StatusCode::NOT_FOUND, e.to_string()),
+            other => (StatusCode::BAD_REQUEST, other.to_string()),
+        })?;
+        if method != Method::GET {
+            let message = format!("method {method} is not allowed on {}", uri.path());
+            return Err((StatusCode::METHOD_NOT_ALLOWED, message));
+        }
+        let pairs = Query::<Vec<(String, String)>>::try_from_uri(uri)
+            .map_err(|e| (StatusCode::BAD_REQUEST, format!("invalid query: {e}")))?
+            .0;
+        let options = parse_query(&pairs, chrono::Utc::now())
+            .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+        tracing::debug!(pod = %pod, container, user = user.name, ?options, "kubelet: logs");
+        let stream = self
+            .source
+            .logs(&pod, &container, options)
+            .await
+            .map_err(|e| (e.status(), e.to_string()))?;
+        Ok(plain(Body::from_stream(stream.map(Ok::<_, Infallible>))))
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bearer_header_gives_its_token_and_other_schemes_none() {
+        assert_eq!(bearer_token("Bearer abc.def"), Some("abc.def"));
+        assert_eq!(bearer_token("bearer  abc "), Some("abc"));
+        assert_eq!(bearer_token("Basic dXNlcjpwdw=="), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearer"), None);
+    }
+}

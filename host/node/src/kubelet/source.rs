@@ -1,0 +1,216 @@
+//! Where the kubelet API gets a container's log: the [`LogSource`] trait, its errors (each with
+//! the HTTP status the kubelet would answer), and [`CallbackLogSource`], which resolves a Pod by
+//! namespace and name with an injected lookup and reads the runner callback's log of its binding.
+//!
+//! Not HTTP and not authorization: the server has authenticated and authorized the caller before
+//! a source is asked.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::http::StatusCode;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::callback::{CallbackError, CallbackHandle, LogOptions};
+
+/// A Pod as the kubelet API names it: `/containerLogs/{namespace}/{name}/{container}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodRef {
+    /// The Pod's namespace.
+    pub namespace: String,
+    /// The Pod's name.
+    pub name: String,
+}
+
+impl std::fmt::Display for PodRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Why a log cannot be served. Each variant maps to the status the kubelet answers
+/// ([`LogError::status`]); the message is the response body, which the API server passes on to
+/// `kubectl logs`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogError {
+    /// The Pod is not on this node (or does not exist).
+    #[error("pod {pod} does not exist on this node")]
+    PodNotFound {
+        /// The Pod asked for.
+        pod: PodRef,
+    },
+    /// The Pod has no container of that name.
+    #[error("container {container:?} is not valid for pod {pod}")]
+    ContainerNotFound {
+        /// The Pod.
+        pod: PodRef,
+        /// The container asked for.
+        container: String,
+    },
+    /// The Pod runs on a provider that offers no way to read a workload's output.
+    #[error("logs are not available for pods on {provider}: the provider has no log API")]
+    NoLogApi {
+        /// The provider, for example `runpod`.
+        provider: String,
+    },
+    /// The container has not started, so there is no log yet.
+    #[error("container {container:?} in pod {pod} is waiting to start: {reason}")]
+    NotStarted {
+        /// The Pod.
+        pod: PodRef,
+        /// The container.
+        container: String,
+        /// What it waits for.
+        reason: String,
+    },
+    /// The source failed.
+    #[error("failed to read the logs of pod {pod}: {message}")]
+    Internal {
+        /// The Pod.
+        pod: PodRef,
+        /// What failed.
+        message: String,
+    },
+}
+
+impl LogError {
+    /// The HTTP status the kubelet answers with. A provider without a log API is a 400, not a
+    /// 501: the API server hands a kubelet's 400 body to `kubectl` as the error message, while
+    /// it replaces the body of other statuses with a generic one.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::PodNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::ContainerNotFound { .. } | Self::NoLogApi { .. } | Self::NotStarted { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// Reads containers' logs for the kubelet API.
+#[async_trait]
+pub trait LogSource: Send + Sync {
+    /// The log of `container` in `pod` with the kubelet's `opts`, one chunk per line. With
+    /// `opts.follow` the stream stays open for new lines until the workload ends. Read-only:
+    /// any number of calls may run concurrently and each gets its own stream.
+    async fn logs(
+        &self,
+        pod: &PodRef,
+        container: &str,
+        opts: LogOptions,
+    ) -> Result<BoxStream<'static, Bytes>, LogError>;
+}
+
+/// Where a Pod on this node runs, as the reconciler knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodPlacement {
+    /// The Pod's uid: the uid of its binding in the runner callback.
+    pub uid: String,
+    /// The provider it was rented on, `None` while it is not placed yet.
+    pub provider: Option<String>,
+    /// The names of its containers.
+    pub containers: Vec<String>,
+}
+
+impl PodPlacement {
+    /// The placement of `pod` on `provider`: its uid and container names.
+    pub fn of(pod: &Pod, provider: Option<String>) -> Self {
+        let containers = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default();
+        Self {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            provider,
+            containers,
+        }
+    }
+}
+
+/// Finds a Pod on this node by namespace and name; `None` when it is not here.
+pub type PodLookup = Arc<dyn Fn(&str, &str) -> Option<PodPlacement> + Send + Sync>;
+
+/// Logs from the runner callback: the workloads of providers that run our runner (Lambda)
+/// stream their output to the node; Pods on other providers have no log.
+#[derive(Clone)]
+pub struct CallbackLogSource {
+    lookup: PodLookup,
+    callback: CallbackHandle,
+    runner_providers: BTreeSet<String>,
+}
+
+impl std::fmt::Debug for CallbackLogSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallbackLogSource")
+            .field("runner_providers", &self.runner_providers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallbackLogSource {
+    /// A source that finds Pods with `lookup` and reads the callback's log of those placed on
+    /// one of `runner_providers` (for example `["lambda"]`).
+    pub fn new(
+        lookup: PodLookup,
+        callback: CallbackHandle,
+        runner_providers: impl IntoIterator<Item = String>,
+    ) -> Self {
+        Self {
+            lookup,
+            callback,
+            runner_providers: runner_providers.into_iter().collect(),
+        }
+    }
+
+    /// The placement of `pod`, checked against `container`.
+    fn placement(&self, pod: &PodRef, container: &str) -> Result<PodPlacement, LogError> {
+        let placement = (self.lookup)(&pod.namespace, &pod.name)
+            .ok_or_else(|| LogError::PodNotFound { pod: pod.clone() })?;
+        if !placement.containers.iter().any(|c| c == container) {
+            return Err(LogError::ContainerNotFound {
+                pod: pod.clone(),
+                container: container.to_owned(),
+            });
+        }
+        Ok(placement)
+    }
+}
+
+#[async_trait]
+impl LogSource for CallbackLogSource {
+    async fn logs(
+        &self,
+        pod: &PodRef,
+        container: &str,
+        opts: LogOptions,
+    ) -> Result<BoxStream<'static, Bytes>, LogError> {
+        let placement = self.placement(pod, container)?;
+        let waiting = |reason: String| LogError::NotStarted {
+            pod: pod.clone(),
+            container: container.to_owned(),
+            reason,
+        };
+        let Some(provider) = placement.provider else {
+            return Err(waiting("the pod is not placed on a cloud yet".into()));
+        };
+        if !self.runner_providers.contains(&provider) {
+            return Err(LogError::NoLogApi { provider });
+        }
+        self.callback
+            .read_logs(&placement.uid, opts)
+            .map_err(|e| match e {
+                CallbackError::NotRegistered(_) => {
+                    waiting(format!("the runner on {provider} has not been set up yet"))
+                }
+                other => LogError::Internal {
+                    pod: pod.clone(),
+                    message: other.to_string(),
+                },
+            })
+    }
+}

@@ -1,0 +1,522 @@
+//! The kubelet API on the real control plane: `kubectl logs` (kube-rs `Api::<Pod>::logs` and
+//! `log_stream`) goes through the API server, which dials the node's InternalIP and kubelet port
+//! with its kubelet client certificate, to the node's server, which reads what a runner streamed
+//! to the runner callback. The node reviews tokens and access as the project's ClusterRole (and
+//! nothing more) allows. Direct callers without a certificate, with one from another CA, or with
+//! a token of a user who may not proxy to the node are refused.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{AsyncBufReadExt, StreamExt};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{LogParams, Patch, PatchParams, PostParams};
+use neocloud_node::callback::{
+    CallbackConfig, CallbackServer, LogRecord, LogStream, RunnerEvent, TlsMaterial, Workload,
+};
+use neocloud_node::kubelet::{
+    CallbackLogSource, KubeAccessReview, KubeletConfig, KubeletServer, PodPlacement,
+};
+use neocloud_node::runner::CallbackClient;
+use neocloud_node::vnode::{Health, Heartbeat, NodeConfig};
+use neocloud_testenv::{CertPair, TestContext};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+type Placements = Arc<Mutex<HashMap<(String, String), PodPlacement>>>;
+
+/// A node with its kubelet API and runner callback, registered on the control plane.
+struct Rig {
+    ctx: TestContext,
+    node: String,
+    pods: Api<Pod>,
+    placements: Placements,
+    callback: CallbackServer,
+    _events: mpsc::Receiver<RunnerEvent>,
+    kubelet: KubeletServer,
+    kubelet_cert: String,
+    heartbeat: JoinHandle<()>,
+    _health: watch::Sender<Health>,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+    }
+}
+
+/// A client for a user bound to the project's ClusterRole, applied from config/rbac/role.yaml.
+async fn node_identity(ctx: &TestContext) -> kube::Client {
+    let role: ClusterRole =
+        serde_yaml::from_str(include_str!("../../../config/rbac/role.yaml")).unwrap();
+    let pp = PatchParams::apply("neocloud-node-tests").force();
+    Api::<ClusterRole>::all(ctx.client.clone())
+        .patch("aibrix-neocloud-node", &pp, &Patch::Apply(&role))
+        .await
+        .unwrap();
+    let user = format!("neocloud-node-{}", ctx.namespace);
+    bind(ctx, &user, "aibrix-neocloud-node", "User", &user).await;
+    ctx.control_plane.client_as(&user, &[]).await.unwrap()
+}
+
+/// Binds ClusterRole `role` to a `kind` subject (`User`, or `ServiceAccount` in the test's
+/// namespace).
+async fn bind(ctx: &TestContext, name: &str, role: &str, kind: &str, subject: &str) {
+    let subject = match kind {
+        "ServiceAccount" => json!({"kind": kind, "name": subject, "namespace": ctx.namespace}),
+        _ => json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": subject}),
+    };
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [subject]
+    }))
+    .unwrap();
+    let pp = PatchParams::apply("neocloud-node-tests").force();
+    Api::<ClusterRoleBinding>::all(ctx.client.clone())
+        .patch(name, &pp, &Patch::Apply(&binding))
+        .await
+        .unwrap();
+}
+
+fn healthy() -> Health {
+    Health {
+        healthy: true,
+        message: "lambda answers".into(),
+        gpus: 8,
+        since: Timestamp::now(),
+    }
+}
+
+impl Rig {
+    async fn new(test: &str) -> Rig {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("neocloud_node=debug,warn")
+            .with_test_writer()
+            .try_init();
+        let ctx = TestContext::new(test).await;
+        let node = format!("neocloud-{}", ctx.namespace);
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let callback_tls = TlsMaterial::self_signed(&["127.0.0.1".into()]).unwrap();
+        let callback_config = CallbackConfig {
+            listen: loopback,
+            ..CallbackConfig::default()
+        };
+        let (callback, events) = CallbackServer::start(callback_config, &callback_tls)
+            .await
+            .unwrap();
+        let placements = Placements::default();
+        let lookup = {
+            let placements = placements.clone();
+            Arc::new(move |ns: &str, name: &str| {
+                let key = (ns.to_owned(), name.to_owned());
+                placements.lock().unwrap().get(&key).cloned()
+            })
+        };
+        let source = CallbackLogSource::new(lookup, callback.handle(), ["lambda".to_owned()]);
+        let mut config = KubeletConfig::new(&node);
+        config.listen = loopback;
+        config.client_ca_pem = Some(ctx.control_plane.ca_pem());
+        let tls = TlsMaterial::self_signed(&[node.clone(), "127.0.0.1".into()]).unwrap();
+        let reviews = Arc::new(KubeAccessReview::new(node_identity(&ctx).await));
+        let kubelet = KubeletServer::start(config, &tls, reviews, Arc::new(source))
+            .await
+            .unwrap();
+        let (heartbeat, health) = register(&ctx, &node, kubelet.local_addr().port()).await;
+        Rig {
+            pods: ctx.namespaced(),
+            ctx,
+            node,
+            placements,
+            callback,
+            _events: events,
+            kubelet,
+            kubelet_cert: tls.cert_pem().to_owned(),
+            heartbeat,
+            _health: health,
+        }
+    }
+
+    /// Creates Pod `name` bound to the node with container `main`, placed on `provider`.
+    async fn pod(&self, name: &str, provider: Option<&str>) -> String {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": self.node,
+                "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+                "containers": [{"name": "main", "image": "registry.invalid/cuda:12"}]
+            }
+        }))
+        .unwrap();
+        let pod = self
+            .pods
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+        let placement = PodPlacement::of(&pod, provider.map(str::to_owned));
+        let uid = placement.uid.clone();
+        let key = (self.ctx.namespace.clone(), name.to_owned());
+        self.placements.lock().unwrap().insert(key, placement);
+        uid
+    }
+
+    /// A runner's session for the binding `uid`, registered with the callback.
+    async fn runner(&self, uid: &str) -> CallbackClient {
+        let token = self
+            .callback
+            .handle()
+            .register(uid, Workload::default())
+            .unwrap();
+        let url = format!("https://127.0.0.1:{}", self.callback.local_addr().port());
+        let runner = CallbackClient::new(&url, self.callback.cert_pem().as_bytes()).unwrap();
+        runner.exchange(&token).await.unwrap();
+        runner
+    }
+
+    /// `https://127.0.0.1:<kubelet port><path>`.
+    fn kubelet_url(&self, path: &str) -> String {
+        format!(
+            "https://127.0.0.1:{}{path}",
+            self.kubelet.local_addr().port()
+        )
+    }
+
+    /// A client that trusts the kubelet's certificate and presents `identity`.
+    fn direct(&self, identity: Option<&CertPair>) -> reqwest::Client {
+        let cert = reqwest::Certificate::from_pem(self.kubelet_cert.as_bytes()).unwrap();
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(cert)
+            .timeout(Duration::from_secs(20));
+        if let Some(pair) = identity {
+            let pem = format!("{}{}", pair.cert_pem, pair.key_pem);
+            builder = builder.identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap());
+        }
+        builder.build().unwrap()
+    }
+}
+
+/// Registers the Node as itself, advertising 127.0.0.1 and the kubelet `port`, and keeps it
+/// Ready.
+async fn register(
+    ctx: &TestContext,
+    node: &str,
+    port: u16,
+) -> (JoinHandle<()>, watch::Sender<Health>) {
+    let client = ctx
+        .control_plane
+        .client_as(&format!("system:node:{node}"), &["system:nodes"])
+        .await
+        .unwrap();
+    let mut cfg = NodeConfig::named(node);
+    cfg.providers = vec!["lambda".into()];
+    cfg.address = "127.0.0.1".into();
+    cfg.kubelet_port = port;
+    cfg.lease_renew_seconds = 2;
+    let (tx, rx) = watch::channel(healthy());
+    let hb = Heartbeat::new(client, cfg, rx);
+    hb.register().await.unwrap();
+    (tokio::spawn(hb.run()), tx)
+}
+
+async fn say(runner: &CallbackClient, lines: &[&str]) {
+    let body: String = lines
+        .iter()
+        .map(|line| {
+            let record = LogRecord {
+                ts: chrono::Utc::now(),
+                stream: LogStream::Stdout,
+                line: (*line).to_owned(),
+            };
+            serde_json::to_string(&record).unwrap() + "\n"
+        })
+        .collect();
+    let body = futures::stream::iter([Ok(Bytes::from(body))]);
+    runner.logs(body).await.unwrap();
+}
+
+fn main_container() -> LogParams {
+    LogParams {
+        container: Some("main".into()),
+        ..LogParams::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_logs_reads_follows_tails_and_limits_the_runner_log() {
+    let rig = Rig::new("kubelet-logs").await;
+    let uid = rig.pod("train", Some("lambda")).await;
+    let runner = rig.runner(&uid).await;
+    say(&runner, &["line-1", "line-2", "line-3", "line-4", "line-5"]).await;
+
+    let all = rig.pods.logs("train", &main_container()).await.unwrap();
+    assert_eq!(all, "line-1\nline-2\nline-3\nline-4\nline-5\n");
+    let tail = LogParams {
+        tail_lines: Some(2),
+        ..main_container()
+    };
+    assert_eq!(
+        rig.pods.logs("train", &tail).await.unwrap(),
+        "line-4\nline-5\n"
+    );
+    let limited = LogParams {
+        limit_bytes: Some(10),
+        ..main_container()
+    };
+    assert_eq!(
+        rig.pods.logs("train", &limited).await.unwrap(),
+        "line-1\nlin"
+    );
+    let stamped = LogParams {
+        timestamps: true,
+        tail_lines: Some(1),
+        ..main_container()
+    };
+    let stamped = rig.pods.logs("train", &stamped).await.unwrap();
+    let (ts, line) = stamped.trim_end().split_once(' ').unwrap();
+    assert!(ts.parse::<Timestamp>().is_ok(), "{stamped}");
+    assert_eq!(line, "line-5");
+
+    let follow = LogParams {
+        follow: true,
+        tail_lines: Some(1),
+        ..main_container()
+    };
+    let mut lines = rig.pods.log_stream("train", &follow).await.unwrap().lines();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(20), lines.next())
+            .await
+            .expect("a line in time")
+            .expect("the stream is open")
+            .unwrap()
+    };
+    assert_eq!(next().await, "line-5");
+    say(&runner, &["after-1", "after-2"]).await;
+    assert_eq!(next().await, "after-1");
+    assert_eq!(next().await, "after-2");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_logs_explains_why_a_log_cannot_be_read() {
+    let rig = Rig::new("kubelet-refusals").await;
+    let uid = rig.pod("train", Some("lambda")).await;
+    rig.runner(&uid).await;
+    let refusal = |name: &'static str, params: LogParams| {
+        let pods = rig.pods.clone();
+        async move {
+            let e = pods.logs(name, &params).await.expect_err("refused");
+            e.to_string()
+        }
+    };
+
+    let other = LogParams {
+        container: Some("sidecar".into()),
+        ..LogParams::default()
+    };
+    let message = refusal("train", other).await;
+    assert!(message.contains("sidecar"), "{message}");
+
+    rig.pod("on-runpod", Some("runpod")).await;
+    let message = refusal("on-runpod", main_container()).await;
+    assert!(
+        message.contains("logs are not available for pods on runpod: the provider has no log API"),
+        "{message}"
+    );
+
+    rig.pod("unplaced", None).await;
+    let message = refusal("unplaced", main_container()).await;
+    assert!(
+        message.contains("\"main\"") && message.contains("is waiting to start"),
+        "{message}"
+    );
+
+    rig.pod("no-runner-yet", Some("lambda")).await;
+    let message = refusal("no-runner-yet", main_container()).await;
+    assert!(message.contains("is waiting to start"), "{message}");
+
+    // In the API server, but not among the node's Pods.
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "elsewhere"},
+        "spec": {"nodeName": rig.node, "containers": [{"name": "main", "image": "x"}]}
+    }))
+    .unwrap();
+    rig.pods.create(&PostParams::default(), &pod).await.unwrap();
+    let message = refusal("elsewhere", main_container()).await;
+    assert!(message.contains("elsewhere"), "{message}");
+
+    let previous = LogParams {
+        previous: true,
+        ..main_container()
+    };
+    let message = refusal("train", previous).await;
+    assert!(
+        message.contains("previous=true is not supported"),
+        "{message}"
+    );
+}
+
+/// A token for ServiceAccount `name` in the test's namespace, from the TokenRequest API.
+async fn service_account_token(ctx: &TestContext, name: &str) -> String {
+    let sas: Api<ServiceAccount> = ctx.namespaced();
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    sas.create(&PostParams::default(), &sa).await.unwrap();
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let issued = sas
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap();
+    issued.status.unwrap().token
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kubelet_port_serves_only_callers_the_api_server_vouches_for() {
+    let rig = Rig::new("kubelet-auth").await;
+    let uid = rig.pod("train", Some("lambda")).await;
+    say(&rig.runner(&uid).await, &["hello"]).await;
+    let logs = rig.kubelet_url(&format!("/containerLogs/{}/train/main", rig.ctx.namespace));
+
+    let health = rig
+        .direct(None)
+        .get(rig.kubelet_url("/healthz"))
+        .send()
+        .await;
+    assert_eq!(
+        health.unwrap().status(),
+        200,
+        "healthz needs no credentials"
+    );
+
+    let anonymous = rig.direct(None).get(&logs).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+
+    let stranger = neocloud_testenv::Pki::new()
+        .unwrap()
+        .client("intruder", &["system:masters"])
+        .unwrap();
+    match rig.direct(Some(&stranger)).get(&logs).send().await {
+        Err(_) => {} // the handshake failed
+        Ok(response) => assert_eq!(response.status(), 401),
+    }
+
+    let admin = rig
+        .ctx
+        .control_plane
+        .client_cert("kubelet-test-admin", &["system:masters"])
+        .unwrap();
+    let trusted = rig.direct(Some(&admin));
+    let response = trusted.get(&logs).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.text().await.unwrap(), "hello\n");
+    let elsewhere = trusted.get(rig.kubelet_url("/exec/x/y/z")).send().await;
+    assert_eq!(elsewhere.unwrap().status(), 404);
+    let sidecar = trusted.get(logs.replace("/main", "/sidecar")).send().await;
+    let sidecar = sidecar.unwrap();
+    assert_eq!(sidecar.status(), 400);
+    let body = sidecar.text().await.unwrap();
+    assert!(
+        body.contains("container \"sidecar\" is not valid"),
+        "{body}"
+    );
+    let absent = trusted
+        .get(logs.replace("/train/", "/absent/"))
+        .send()
+        .await;
+    let absent = absent.unwrap();
+    assert_eq!(absent.status(), 404);
+    let body = absent.text().await.unwrap();
+    let pod = format!(
+        "pod {}/absent does not exist on this node",
+        rig.ctx.namespace
+    );
+    assert!(body.contains(&pod), "{body}");
+    let bad = trusted.get(format!("{logs}?tailLines=-3")).send().await;
+    let bad = bad.unwrap();
+    assert_eq!(bad.status(), 400);
+    let body = bad.text().await.unwrap();
+    assert!(
+        body.contains("tailLines") && body.contains("\"-3\""),
+        "{body}"
+    );
+
+    let token = service_account_token(&rig.ctx, "reader").await;
+    let denied = rig.direct(None).get(&logs).bearer_auth(&token).send().await;
+    let denied = denied.unwrap();
+    assert_eq!(denied.status(), 403);
+    let body = denied.text().await.unwrap();
+    let user = format!("system:serviceaccount:{}:reader", rig.ctx.namespace);
+    assert!(
+        body.contains(&user) && body.contains("subresource=proxy"),
+        "{body}"
+    );
+
+    // Once RBAC allows nodes/proxy, the same token reads the log.
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": format!("node-proxy-{}", rig.ctx.namespace)},
+        "rules": [{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]
+    }))
+    .unwrap();
+    let role_name = role.metadata.name.clone().unwrap();
+    Api::<ClusterRole>::all(rig.ctx.client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    bind(&rig.ctx, &role_name, &role_name, "ServiceAccount", "reader").await;
+    let mut status = 0;
+    for _ in 0..50 {
+        let response = rig.direct(None).get(&logs).bearer_auth(&token).send().await;
+        status = response.unwrap().status().as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 200, "a token allowed nodes/proxy reads the log");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn following_streams_chunks_as_they_arrive_on_the_kubelet_port() {
+    let rig = Rig::new("kubelet-chunks").await;
+    let uid = rig.pod("train", Some("lambda")).await;
+    let runner = rig.runner(&uid).await;
+    say(&runner, &["first"]).await;
+    let admin = rig
+        .ctx
+        .control_plane
+        .client_cert("kubelet-test-admin", &["system:masters"])
+        .unwrap();
+    let url = rig.kubelet_url(&format!(
+        "/containerLogs/{}/train/main?follow=true",
+        rig.ctx.namespace
+    ));
+    let response = rig.direct(Some(&admin)).get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.content_length().is_none(), "a follow is chunked");
+    let mut body = response.bytes_stream();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(20), body.next())
+            .await
+            .expect("a chunk in time")
+            .expect("the stream is open")
+            .unwrap()
+    };
+    assert_eq!(next().await, "first\n");
+    say(&runner, &["second"]).await;
+    assert_eq!(next().await, "second\n");
+}
