@@ -122,7 +122,7 @@ impl Rig {
                 placements.lock().unwrap().get(&key).cloned()
             })
         };
-        let source = CallbackLogSource::new(lookup, callback.handle(), ["lambda".to_owned()]);
+        let source = CallbackLogSource::new(lookup, Some(callback.handle()), ["lambda".to_owned()]);
         let mut config = KubeletConfig::new(&node);
         config.listen = loopback;
         config.client_ca_pem = Some(ctx.control_plane.ca_pem());

@@ -52,7 +52,7 @@ impl World {
     fn config(&self, port: u16) -> PathBuf {
         let yaml = format!(
             "clusterId: runtest\n\
-             node: {{name: {node}, leaseRenewSeconds: 1}}\n\
+             node: {{name: {node}, leaseRenewSeconds: 1, kubeletPort: {kubelet}}}\n\
              providers: [runpod, vast]\n\
              installCrds: true\n\
              metricsAddress: 127.0.0.1:{port}\n\
@@ -62,6 +62,7 @@ impl World {
              sweeper: {{intervalSeconds: 3600, graceSeconds: 3600}}\n",
             node = self.node,
             ns = self.ctx.namespace,
+            kubelet = free_port(),
         );
         let path = self.dir.path().join(format!("node-{port}.yaml"));
         std::fs::write(&path, yaml).unwrap();

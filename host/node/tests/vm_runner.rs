@@ -2,16 +2,18 @@
 //! only provider; the Lambda simulator boots each launched instance by running the
 //! `neocloud-node runner` command of its `user_data`, which authenticates to the node's callback
 //! server, fetches the workload (with a Secret in its environment) and runs it as a process.
-//! The Pod goes Running only through the runner; killing the runner leads to a heartbeat
+//! The Pod goes Running only through the runner and `kubectl logs -f` streams its output through
+//! the API server and the node's kubelet API; killing the runner leads to a heartbeat
 //! timeout, the instance's termination and a replacement; no secret value reaches the node's
 //! log, an event or a status.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, LogParams, PostParams};
 use neocloud_cloudsim::{CloudSim, CloudSimConfig, SimConfig};
 use neocloud_node::crd::CloudPodBinding;
 use neocloud_testenv::TestContext;
@@ -218,6 +220,43 @@ async fn a_lambda_pod_runs_through_the_runner_and_is_replaced_when_its_heartbeat
     assert!(log.contains("runner reported"), "{log}");
     let pids = runner_pids(world.callback_port);
     assert_eq!(pids.len(), 1, "one runner for one Pod: {pids:?}");
+
+    // `kubectl logs` through the API server, which calls the node's kubelet API, which reads
+    // the runner's stream: the whole log so far, then following new lines as they come.
+    let all = LogParams {
+        container: Some("main".into()),
+        ..LogParams::default()
+    };
+    let text = world.pods().logs("trainer", &all).await.unwrap();
+    assert!(text.starts_with("line-one\n"), "{text}");
+    let length = SECRET_VALUE.len();
+    assert!(
+        text.contains(&format!("token has {length} chars")),
+        "{text}"
+    );
+    let follow = LogParams {
+        follow: true,
+        tail_lines: Some(1),
+        ..all
+    };
+    let mut lines = world
+        .pods()
+        .log_stream("trainer", &follow)
+        .await
+        .unwrap()
+        .lines();
+    let mut ticks = Vec::new();
+    while ticks.len() < 3 {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next())
+            .await
+            .expect("a line in time")
+            .expect("the stream is open")
+            .unwrap();
+        let n: u32 = line.strip_prefix("tick ").unwrap().parse().unwrap();
+        ticks.push(n);
+    }
+    assert!(ticks.windows(2).all(|w| w[1] == w[0] + 1), "{ticks:?}");
+    drop(lines);
 
     // Kill the runner: its heartbeats stop, the node declares it lost after 3 s, terminates
     // the instance and places the Pod again (restartPolicy Always).

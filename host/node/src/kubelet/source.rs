@@ -140,7 +140,7 @@ pub type PodLookup = Arc<dyn Fn(&str, &str) -> Option<PodPlacement> + Send + Syn
 #[derive(Clone)]
 pub struct CallbackLogSource {
     lookup: PodLookup,
-    callback: CallbackHandle,
+    callback: Option<CallbackHandle>,
     runner_providers: BTreeSet<String>,
 }
 
@@ -154,10 +154,11 @@ impl std::fmt::Debug for CallbackLogSource {
 
 impl CallbackLogSource {
     /// A source that finds Pods with `lookup` and reads the callback's log of those placed on
-    /// one of `runner_providers` (for example `["lambda"]`).
+    /// one of `runner_providers` (for example `["lambda"]`). Without a callback (no runner
+    /// configured) no Pod has a log.
     pub fn new(
         lookup: PodLookup,
-        callback: CallbackHandle,
+        callback: Option<CallbackHandle>,
         runner_providers: impl IntoIterator<Item = String>,
     ) -> Self {
         Self {
@@ -198,10 +199,11 @@ impl LogSource for CallbackLogSource {
         let Some(provider) = placement.provider else {
             return Err(waiting("the pod is not placed on a cloud yet".into()));
         };
-        if !self.runner_providers.contains(&provider) {
-            return Err(LogError::NoLogApi { provider });
-        }
-        self.callback
+        let callback = match &self.callback {
+            Some(callback) if self.runner_providers.contains(&provider) => callback,
+            _ => return Err(LogError::NoLogApi { provider }),
+        };
+        callback
             .read_logs(&placement.uid, opts)
             .map_err(|e| match e {
                 CallbackError::NotRegistered(_) => {

@@ -193,6 +193,9 @@ mod tests {
         *p.pruned.lock() = long_ago;
         p.prune(Instant::now());
         assert_eq!(p.tracked(), 1);
-        assert_eq!(p.series.lock().get(&2).map(|s| s.name.as_str()), Some("new"));
+        assert_eq!(
+            p.series.lock().get(&2).map(|s| s.name.as_str()),
+            Some("new")
+        );
     }
 }

@@ -163,11 +163,8 @@ impl Reconciler {
         metrics: Arc<Metrics>,
         policies: Option<Arc<PolicyRegistry>>,
     ) -> Arc<Reconciler> {
-        let events = events::Publisher::new(
-            client.clone(),
-            crate::vnode::FIELD_MANAGER,
-            &cfg.node_name,
-        );
+        let events =
+            events::Publisher::new(client.clone(), crate::vnode::FIELD_MANAGER, &cfg.node_name);
         Arc::new(Reconciler {
             client,
             cfg,
@@ -179,6 +176,11 @@ impl Reconciler {
             policies,
             caches: std::sync::OnceLock::new(),
         })
+    }
+
+    /// How it was configured.
+    pub fn config(&self) -> &ReconcilerConfig {
+        &self.cfg
     }
 
     /// The controllers' caches, once [`Reconciler::run`] has started them.

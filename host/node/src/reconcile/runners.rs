@@ -84,6 +84,11 @@ impl Runners {
         self.providers.contains(&provider)
     }
 
+    /// The providers whose instances the runner runs.
+    pub fn providers(&self) -> &[ProviderId] {
+        &self.providers
+    }
+
     /// The callback handle (for logs).
     pub fn handle(&self) -> &CallbackHandle {
         &self.handle

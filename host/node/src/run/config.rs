@@ -48,6 +48,9 @@ pub struct RunConfig {
     /// The VM runner for Lambda Cloud. Without it a Lambda Pod is Running once its VM is.
     #[serde(default)]
     pub runner: Option<super::vm::RunnerSettings>,
+    /// The kubelet API (`kubectl logs`) on `node.kubeletPort`.
+    #[serde(default)]
+    pub kubelet_api: super::kubelet_api::KubeletApiSettings,
 }
 
 /// Leader election over a Lease.
@@ -179,6 +182,7 @@ impl RunConfig {
         if let Some(runner) = &self.runner {
             runner.check()?;
         }
+        self.kubelet_api.check()?;
         self.metrics_address
             .parse::<std::net::SocketAddr>()
             .with_context(|| {

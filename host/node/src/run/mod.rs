@@ -5,6 +5,7 @@
 
 mod capacity;
 mod config;
+mod kubelet_api;
 mod vm;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use tokio::sync::{oneshot, watch};
 
 pub use capacity::gpus_within_budget;
 pub use config::{LeaderElection, ReconcilerSettings, RunConfig};
+pub use kubelet_api::KubeletApiSettings;
 pub use vm::RunnerSettings;
 
 use crate::metrics::{self, Metrics};
@@ -51,8 +53,11 @@ pub fn providers_from_env(ids: &[ProviderId]) -> anyhow::Result<Vec<Arc<dyn Prov
 
 /// Runs the node until it fails or loses leadership.
 pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
-    let client = Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
+        .context("failed to read the Kubernetes configuration (KUBECONFIG or in-cluster)")?;
+    let kube_ca = kube_config.root_cert.clone();
+    let client = Client::try_from(kube_config)
         .context("failed to build a Kubernetes client (KUBECONFIG or in-cluster)")?;
     let ids = cfg.provider_ids(std::env::var("GPU_BURST_PROVIDER").ok().as_deref())?;
     let metrics = Arc::new(Metrics::new());
@@ -153,6 +158,23 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     );
     let (synced_tx, synced_rx) = oneshot::channel();
     let reconcile = tokio::spawn(Arc::clone(&reconciler).run(Some(synced_tx)));
+    // Kept alive for the node's lifetime, like the callback server.
+    let _kubelet = if cfg.kubelet_api.enabled {
+        let runners = reconciler.config().runners.clone();
+        Some(
+            cfg.kubelet_api
+                .start(
+                    &node_cfg,
+                    client.clone(),
+                    kube_ca.as_deref(),
+                    &reconciler,
+                    runners.as_ref(),
+                )
+                .await?,
+        )
+    } else {
+        None
+    };
     let sweeper = Sweeper::new(
         client.clone(),
         providers,

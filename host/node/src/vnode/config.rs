@@ -42,7 +42,8 @@ pub struct NodeConfig {
     /// A ceiling on `nvidia.com/gpu` whatever the catalog offers.
     #[serde(default = "default_max_gpus")]
     pub max_gpus: u32,
-    /// The address the API server uses to reach the kubelet API (logs).
+    /// The address the API server uses to reach the kubelet API (logs); default `POD_IP`, else
+    /// `127.0.0.1`.
     #[serde(default = "default_address")]
     pub address: String,
     /// The kubelet API port.
@@ -59,8 +60,12 @@ fn default_max_pods() -> u32 {
 fn default_max_gpus() -> u32 {
     64
 }
+/// `POD_IP` (set from the Pod's IP in the shipped Deployment), else loopback.
 fn default_address() -> String {
-    "127.0.0.1".into()
+    std::env::var("POD_IP")
+        .ok()
+        .filter(|ip| !ip.is_empty())
+        .unwrap_or_else(|| "127.0.0.1".into())
 }
 fn default_kubelet_port() -> u16 {
     10250

@@ -1,0 +1,199 @@
+//! The `kubeletApi:` section of the node's configuration and starting the kubelet API
+//! (`kubectl logs`) over the reconciler's caches.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use base64::Engine;
+use kube::runtime::reflector::ObjectRef;
+use serde::Deserialize;
+
+use crate::callback::TlsMaterial;
+use crate::kubelet::{
+    CallbackLogSource, KubeAccessReview, KubeletConfig, KubeletServer, PodLookup, PodPlacement,
+};
+use crate::reconcile::{Reconciler, Runners};
+use crate::vnode::NodeConfig;
+
+/// Where the cluster CA is inside a Pod.
+const IN_CLUSTER_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+
+/// The kubelet API on `node.kubeletPort`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeletApiSettings {
+    /// Serve it (the API server calls it for `kubectl logs`).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The address to listen on; the port is `node.kubeletPort`.
+    #[serde(default = "default_host")]
+    pub listen_host: String,
+    /// The serving certificate (PEM); without it a self-signed one for the node's name and
+    /// address is made at start (the API server does not verify kubelet certificates unless
+    /// given `--kubelet-certificate-authority`).
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// The certificate's key, with `certFile`.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// The CA whose client certificates are accepted (the one that signed the API server's
+    /// `--kubelet-client-certificate`). Default: the in-cluster CA, else the kubeconfig's.
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+impl Default for KubeletApiSettings {
+    fn default() -> Self {
+        KubeletApiSettings {
+            enabled: true,
+            listen_host: default_host(),
+            cert_file: None,
+            key_file: None,
+            client_ca_file: None,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_host() -> String {
+    "0.0.0.0".to_owned()
+}
+
+impl KubeletApiSettings {
+    /// Checks the fields; errors name the field and the value.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.listen_host.parse::<std::net::IpAddr>().is_err() {
+            bail!(
+                "kubeletApi.listenHost: {:?} is not an IP address",
+                self.listen_host
+            );
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            bail!("kubeletApi.certFile and kubeletApi.keyFile: set both or neither");
+        }
+        Ok(())
+    }
+
+    /// Starts the server for `node`, reading Pods and bindings from `reconciler`'s caches and
+    /// logs from the runners (if any). `kube_ca_der` is the kubeconfig's CA, the fallback
+    /// client CA.
+    pub async fn start(
+        &self,
+        node: &NodeConfig,
+        client: kube::Client,
+        kube_ca_der: Option<&[Vec<u8>]>,
+        reconciler: &Arc<Reconciler>,
+        runners: Option<&Arc<Runners>>,
+    ) -> anyhow::Result<KubeletServer> {
+        let mut config = KubeletConfig::for_node(node);
+        let host: std::net::IpAddr = self.listen_host.parse()?;
+        config.listen.set_ip(host);
+        config = match &self.client_ca_file {
+            Some(path) => config.with_client_ca_file(path)?,
+            None if std::path::Path::new(IN_CLUSTER_CA).exists() => {
+                config.with_client_ca_file(IN_CLUSTER_CA.as_ref())?
+            }
+            None => {
+                config.client_ca_pem = kube_ca_der.map(pem_certificates);
+                config
+            }
+        };
+        if config.client_ca_pem.is_none() {
+            tracing::warn!(
+                "kubelet API: no client CA; only bearer tokens authenticate, so the API server's own calls (kubectl logs) are refused"
+            );
+        }
+        let tls = match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => TlsMaterial::from_files(cert, key)?,
+            _ => TlsMaterial::self_signed(&[node.name.clone(), node.address.clone()])?,
+        };
+        let lookup = lookup(Arc::clone(reconciler));
+        let source = CallbackLogSource::new(
+            lookup,
+            runners.map(|r| r.handle().clone()),
+            runners
+                .map(|r| {
+                    r.providers()
+                        .iter()
+                        .map(|p| p.as_str().to_owned())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default(),
+        );
+        let reviews = Arc::new(KubeAccessReview::new(client));
+        KubeletServer::start(config, &tls, reviews, Arc::new(source))
+            .await
+            .with_context(|| {
+                format!(
+                    "failed to serve the kubelet API on port {}",
+                    node.kubelet_port
+                )
+            })
+    }
+}
+
+/// Pods and their providers from the reconciler's caches.
+fn lookup(reconciler: Arc<Reconciler>) -> PodLookup {
+    Arc::new(move |namespace: &str, name: &str| {
+        let caches = reconciler.caches()?;
+        let pod = caches.pods.get(&ObjectRef::new(name).within(namespace))?;
+        let uid = pod.metadata.uid.clone();
+        let provider = caches
+            .bindings
+            .get(&ObjectRef::new(name).within(namespace))
+            .filter(|b| Some(&b.spec.pod_uid) == uid.as_ref())
+            .and_then(|b| b.status.as_ref()?.provider.clone());
+        Some(PodPlacement::of(&pod, provider))
+    })
+}
+
+/// DER certificates as PEM.
+fn pem_certificates(ders: &[Vec<u8>]) -> String {
+    let engine = base64::engine::general_purpose::STANDARD;
+    let mut pem = String::new();
+    for der in ders {
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        let text = engine.encode(der);
+        for chunk in text.as_bytes().chunks(64) {
+            pem.push_str(&String::from_utf8_lossy(chunk));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    pem
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_fields_are_named() {
+        let s: KubeletApiSettings = serde_yaml::from_str("listenHost: everywhere").unwrap();
+        let e = s.check().unwrap_err().to_string();
+        assert!(
+            e.contains("kubeletApi.listenHost") && e.contains("everywhere"),
+            "{e}"
+        );
+        let s: KubeletApiSettings = serde_yaml::from_str("certFile: /c.pem").unwrap();
+        assert!(
+            s.check()
+                .unwrap_err()
+                .to_string()
+                .contains("kubeletApi.keyFile")
+        );
+        assert!(serde_yaml::from_str::<KubeletApiSettings>("port: 1").is_err());
+    }
+
+    #[test]
+    fn der_becomes_pem_in_64_column_lines() {
+        let pem = pem_certificates(&[vec![0u8; 100]]);
+        let lines: Vec<&str> = pem.lines().collect();
+        assert_eq!(lines[0], "-----BEGIN CERTIFICATE-----");
+        assert_eq!(lines[1].len(), 64);
+        assert_eq!(lines.last(), Some(&"-----END CERTIFICATE-----"));
+    }
+}
