@@ -29,6 +29,7 @@ struct World {
     dir: tempfile::TempDir,
     callback_port: u16,
     kubelet_port: u16,
+    boot_timeout_seconds: u32,
 }
 
 fn free_port() -> u16 {
@@ -40,9 +41,14 @@ fn free_port() -> u16 {
 }
 
 impl World {
-    async fn new(prefix: &str) -> World {
+    /// A world whose Lambda VMs run their runner (`boots`), or never do.
+    async fn new(prefix: &str, boots: bool) -> World {
         let ctx = TestContext::new(prefix).await;
-        let lambda = SimConfig::fast().with_user_data_runner(env!("CARGO_BIN_EXE_neocloud-node"));
+        let lambda = if boots {
+            SimConfig::fast().with_user_data_runner(env!("CARGO_BIN_EXE_neocloud-node"))
+        } else {
+            SimConfig::fast()
+        };
         let sims = CloudSim::start(CloudSimConfig {
             runpod: SimConfig::fast(),
             lambda,
@@ -58,6 +64,7 @@ impl World {
             dir: tempfile::tempdir().unwrap(),
             callback_port: free_port(),
             kubelet_port: free_port(),
+            boot_timeout_seconds: if boots { 900 } else { 3 },
         }
     }
 
@@ -77,11 +84,13 @@ impl World {
              \x20 callbackUrl: https://127.0.0.1:{cb}\n\
              \x20 executor: process\n\
              \x20 heartbeatIntervalSeconds: 1\n\
-             \x20 heartbeatTimeoutSeconds: 3\n",
+             \x20 heartbeatTimeoutSeconds: 3\n\
+             \x20 bootTimeoutSeconds: {boot}\n",
             node = self.node,
             kubelet = self.kubelet_port,
             metrics = free_port(),
             cb = self.callback_port,
+            boot = self.boot_timeout_seconds,
         );
         let path = self.dir.path().join("node.yaml");
         std::fs::write(&path, yaml).unwrap();
@@ -209,7 +218,7 @@ fn runner_pids(callback_port: u16) -> Vec<i32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lambda_pod_runs_through_the_runner_and_is_replaced_when_its_heartbeats_stop() {
-    let world = World::new("vmrun").await;
+    let world = World::new("vmrun", true).await;
     let mut node = world.spawn();
     world.create_workload("trainer").await;
 
@@ -354,6 +363,91 @@ async fn a_lambda_pod_runs_through_the_runner_and_is_replaced_when_its_heartbeat
             "a runner outlived its instance"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    node.start_kill().unwrap();
+    let _ = node.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_whose_runner_never_calls_back_is_terminated_and_replaced() {
+    let world = World::new("vmboot", false).await;
+    let mut node = world.spawn();
+    world.create_workload("silent").await;
+
+    // The VM comes up but nothing calls back: the Pod waits in ContainerCreating, never Running.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let pod = world.pods().get("silent").await.unwrap();
+        let reason = pod.status.as_ref().and_then(|s| s.reason.clone());
+        if reason.as_deref() == Some("ContainerCreating") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never ContainerCreating: {reason:?}\n{}",
+            world.node_log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // After the 3 s boot timeout the instance is terminated and another one rented.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let lost = loop {
+        let status = world
+            .bindings()
+            .get("silent")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        let lost = status
+            .attempts
+            .iter()
+            .find(|a| a.failure_class.as_deref() == Some("lost"))
+            .cloned();
+        if let Some(lost) = lost
+            && status.instance_id.is_some()
+        {
+            break (lost, status);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the silent VM was not replaced: {status:?}\n{}",
+            world.node_log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (lost, status) = lost;
+    let message = lost.message.unwrap_or_default();
+    assert!(message.contains("never called back within 3s"), "{message}");
+    let ledger = world.sims.ledger();
+    let first = ledger.entries.first().unwrap();
+    assert!(
+        !first.is_live(),
+        "the first instance is terminated: {ledger:?}"
+    );
+    assert_eq!(
+        ledger.live().len(),
+        1,
+        "{ledger:#?}\n{status:#?}\n{}",
+        world.node_log()
+    );
+    let pod = world.pods().get("silent").await.unwrap();
+    assert_ne!(pod.status.and_then(|s| s.phase).as_deref(), Some("Running"));
+
+    world
+        .pods()
+        .delete("silent", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !world.sims.ledger().live().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the instance outlived its Pod\n{}",
+            world.node_log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     node.start_kill().unwrap();
     let _ = node.wait().await;

@@ -232,6 +232,18 @@ impl Reconciler {
             .and_then(|r| r.status(&pod.uid().unwrap_or_default()));
         let (reason, message) = match &instance {
             // Checked first: once the lost instance is being deleted it reads as gone.
+            _ if runner == Some(RunnerStatus::NeverCalled) => (
+                "RunnerLost",
+                format!(
+                    "the runner on {} instance {instance_id} never called back within {}s; the \
+                     instance is terminated",
+                    status.provider.as_deref().unwrap_or_default(),
+                    self.cfg
+                        .runners
+                        .as_ref()
+                        .map_or(0, |r| r.boot_timeout().as_secs())
+                ),
+            ),
             _ if runner == Some(RunnerStatus::Lost) => (
                 "RunnerLost",
                 format!(

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -32,6 +33,16 @@ pub enum RunnerStatus {
     Exited(i32),
     /// The runner authenticated, then stopped sending heartbeats.
     Lost,
+    /// The runner never called back within the boot timeout (its bootstrap token expired).
+    NeverCalled,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    pod: ObjectRef<Pod>,
+    status: RunnerStatus,
+    /// When the reconciler first saw the instance this registration boots.
+    launched: Option<Instant>,
 }
 
 /// The callback server's handle plus what the reconciler needs to boot runners and follow them.
@@ -41,7 +52,8 @@ pub struct Runners {
     cert_pem: String,
     options: UserDataOptions,
     providers: Vec<ProviderId>,
-    state: Mutex<HashMap<String, (ObjectRef<Pod>, RunnerStatus)>>,
+    boot_timeout: Duration,
+    state: Mutex<HashMap<String, Entry>>,
     trigger: mpsc::UnboundedSender<ObjectRef<Pod>>,
     triggers: Mutex<Option<mpsc::UnboundedReceiver<ObjectRef<Pod>>>>,
 }
@@ -58,13 +70,15 @@ impl std::fmt::Debug for Runners {
 
 impl Runners {
     /// Runners for `providers` (the ones that rent VMs), reaching the node at `callback_url`
-    /// and trusting `cert_pem`.
+    /// and trusting `cert_pem`. A runner that has not called back `boot_timeout` after its
+    /// instance appeared is given up (keep the callback's bootstrap tokens valid longer).
     pub fn new(
         handle: CallbackHandle,
         callback_url: impl Into<String>,
         cert_pem: impl Into<String>,
         options: UserDataOptions,
         providers: Vec<ProviderId>,
+        boot_timeout: Duration,
     ) -> Arc<Runners> {
         let (trigger, triggers) = mpsc::unbounded_channel();
         Arc::new(Runners {
@@ -73,6 +87,7 @@ impl Runners {
             cert_pem: cert_pem.into(),
             options,
             providers,
+            boot_timeout,
             state: Mutex::new(HashMap::new()),
             trigger,
             triggers: Mutex::new(Some(triggers)),
@@ -117,9 +132,12 @@ impl Runners {
             working_dir: None,
         };
         let token = self.handle.register(&uid, workload)?;
-        self.state
-            .lock()
-            .insert(uid, (ObjectRef::from_obj(pod), RunnerStatus::Booting));
+        let entry = Entry {
+            pod: ObjectRef::from_obj(pod),
+            status: RunnerStatus::Booting,
+            launched: None,
+        };
+        self.state.lock().insert(uid, entry);
         Ok(render_user_data(
             &self.callback_url,
             &self.cert_pem,
@@ -128,10 +146,24 @@ impl Runners {
         ))
     }
 
-    /// What the runner of the Pod with this uid last reported; `None` when it was never
-    /// booted by this process.
+    /// What the runner of the Pod with this uid last reported, asked once its instance exists
+    /// (the boot timeout counts from the first ask); `None` when it was never booted by this
+    /// process.
     pub fn status(&self, uid: &str) -> Option<RunnerStatus> {
-        self.state.lock().get(uid).map(|(_, s)| *s)
+        let mut state = self.state.lock();
+        let entry = state.get_mut(uid)?;
+        let launched = *entry.launched.get_or_insert_with(Instant::now);
+        Some(match entry.status {
+            RunnerStatus::Booting if launched.elapsed() > self.boot_timeout => {
+                RunnerStatus::NeverCalled
+            }
+            other => other,
+        })
+    }
+
+    /// How long a runner has to call back.
+    pub fn boot_timeout(&self) -> Duration {
+        self.boot_timeout
     }
 
     /// Forgets a binding: its tokens stop working and its log readers finish.
@@ -166,8 +198,8 @@ impl Runners {
             let Some(entry) = state.get_mut(&event.uid) else {
                 return;
             };
-            entry.1 = status;
-            entry.0.clone()
+            entry.status = status;
+            entry.pod.clone()
         };
         tracing::info!(pod = %pod, ?status, "runner reported");
         let _ = self.trigger.send(pod);

@@ -37,6 +37,10 @@ pub struct RunnerSettings {
     /// and the Pod placed again. Seconds.
     #[serde(default = "default_heartbeat_timeout")]
     pub heartbeat_timeout_seconds: u64,
+    /// A runner that has not called back this long after its VM appeared is given up: the
+    /// instance is terminated and the Pod placed again. Seconds; VMs take minutes to boot.
+    #[serde(default = "default_boot_timeout")]
+    pub boot_timeout_seconds: u64,
     /// How often runners send heartbeats, seconds.
     #[serde(default = "default_heartbeat_interval")]
     pub heartbeat_interval_seconds: u64,
@@ -55,6 +59,9 @@ pub struct RunnerSettings {
     pub executor: String,
 }
 
+/// How long a rental may take on top of the boot timeout before a bootstrap token expires.
+const RENTAL_SLACK_SECONDS: u64 = 600;
+
 fn default_listen() -> String {
     "0.0.0.0:8443".to_owned()
 }
@@ -63,6 +70,9 @@ fn default_trust_domain() -> String {
 }
 fn default_heartbeat_timeout() -> u64 {
     60
+}
+fn default_boot_timeout() -> u64 {
+    900
 }
 fn default_heartbeat_interval() -> u64 {
     15
@@ -89,6 +99,9 @@ impl RunnerSettings {
         }
         if self.cert_file.is_some() != self.key_file.is_some() {
             bail!("runner.certFile and runner.keyFile: set both or neither");
+        }
+        if self.boot_timeout_seconds == 0 {
+            bail!("runner.bootTimeoutSeconds: 0 must be at least 1");
         }
         if self.heartbeat_interval_seconds == 0 {
             bail!("runner.heartbeatIntervalSeconds: 0 must be at least 1");
@@ -147,6 +160,9 @@ impl RunnerSettings {
             listen: self.listen_addr()?,
             trust_domain: self.trust_domain.clone(),
             heartbeat_timeout: Duration::from_secs(self.heartbeat_timeout_seconds),
+            // Valid from registration, before the rental, for the boot timeout and the time
+            // renting may take (a fallback ladder with provider retries).
+            bootstrap_ttl: Duration::from_secs(self.boot_timeout_seconds + RENTAL_SLACK_SECONDS),
             ..CallbackConfig::default()
         };
         let (server, events) = CallbackServer::start(config, &tls).await?;
@@ -166,6 +182,7 @@ impl RunnerSettings {
             server.cert_pem(),
             options,
             vec![ProviderId::Lambda],
+            Duration::from_secs(self.boot_timeout_seconds),
         );
         tokio::spawn(Arc::clone(&runners).follow(events));
         Ok((server, runners))
@@ -190,6 +207,7 @@ mod tests {
         assert_eq!(s.executor, "docker");
         assert_eq!(s.heartbeat_timeout_seconds, 60);
         assert_eq!(s.heartbeat_interval_seconds, 15);
+        assert_eq!(s.boot_timeout_seconds, 900);
     }
 
     #[test]
