@@ -14,10 +14,11 @@ use bytes::Bytes;
 use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{LogParams, Patch, PatchParams, PostParams};
+use kube::api::{LogParams, PostParams};
+
 use neocloud_node::callback::{
     CallbackConfig, CallbackServer, LogRecord, LogStream, RunnerEvent, TlsMaterial, Workload,
 };
@@ -30,6 +31,9 @@ use neocloud_testenv::{CertPair, TestContext};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+
+mod support;
+use support::{bind, node_identity};
 
 type Placements = Arc<Mutex<HashMap<(String, String), PodPlacement>>>;
 
@@ -51,41 +55,6 @@ impl Drop for Rig {
     fn drop(&mut self) {
         self.heartbeat.abort();
     }
-}
-
-/// A client for a user bound to the project's ClusterRole, applied from config/rbac/role.yaml.
-async fn node_identity(ctx: &TestContext) -> kube::Client {
-    let role: ClusterRole =
-        serde_yaml::from_str(include_str!("../../../config/rbac/role.yaml")).unwrap();
-    let pp = PatchParams::apply("neocloud-node-tests").force();
-    Api::<ClusterRole>::all(ctx.client.clone())
-        .patch("aibrix-neocloud-node", &pp, &Patch::Apply(&role))
-        .await
-        .unwrap();
-    let user = format!("neocloud-node-{}", ctx.namespace);
-    bind(ctx, &user, "aibrix-neocloud-node", "User", &user).await;
-    ctx.control_plane.client_as(&user, &[]).await.unwrap()
-}
-
-/// Binds ClusterRole `role` to a `kind` subject (`User`, or `ServiceAccount` in the test's
-/// namespace).
-async fn bind(ctx: &TestContext, name: &str, role: &str, kind: &str, subject: &str) {
-    let subject = match kind {
-        "ServiceAccount" => json!({"kind": kind, "name": subject, "namespace": ctx.namespace}),
-        _ => json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": subject}),
-    };
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [subject]
-    }))
-    .unwrap();
-    let pp = PatchParams::apply("neocloud-node-tests").force();
-    Api::<ClusterRoleBinding>::all(ctx.client.clone())
-        .patch(name, &pp, &Patch::Apply(&binding))
-        .await
-        .unwrap();
 }
 
 fn healthy() -> Health {

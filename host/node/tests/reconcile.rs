@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use neocloud_broker::{
     BudgetGuard, Catalog, CatalogConfig, CostLedger, DefaultFallback, LadderLimits, Planner, Renter,
@@ -30,7 +29,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 mod support;
-use support::{fast_sims, sim_providers};
+use support::{fast_sims, node_identity, sim_providers};
 
 struct World {
     ctx: TestContext,
@@ -49,31 +48,6 @@ struct World {
 fn providers(sims: &CloudSim) -> Vec<Arc<dyn Provider>> {
     let p = sim_providers(sims, None);
     vec![p.runpod, p.lambda, p.vast]
-}
-
-/// A client for a user bound to the project's ClusterRole, applied from config/rbac/role.yaml.
-async fn node_identity(ctx: &TestContext) -> kube::Client {
-    let role: ClusterRole =
-        serde_yaml::from_str(include_str!("../../../config/rbac/role.yaml")).unwrap();
-    let pp = PatchParams::apply("neocloud-node-tests").force();
-    Api::<ClusterRole>::all(ctx.client.clone())
-        .patch("aibrix-neocloud-node", &pp, &Patch::Apply(&role))
-        .await
-        .unwrap();
-    let user = format!("neocloud-node-{}", ctx.namespace);
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": user},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-            "name": "aibrix-neocloud-node"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
-    }))
-    .unwrap();
-    Api::<ClusterRoleBinding>::all(ctx.client.clone())
-        .patch(&user, &pp, &Patch::Apply(&binding))
-        .await
-        .unwrap();
-    ctx.control_plane.client_as(&user, &[]).await.unwrap()
 }
 
 impl World {

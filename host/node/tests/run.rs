@@ -18,21 +18,13 @@ use serde_json::json;
 use tokio::process::{Child, Command};
 
 mod support;
-use support::fast_sims;
+use support::{fast_sims, free_port};
 
 struct World {
     ctx: TestContext,
     sims: CloudSim,
     node: String,
     dir: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl World {

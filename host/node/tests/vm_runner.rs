@@ -20,6 +20,9 @@ use neocloud_testenv::TestContext;
 use serde_json::json;
 use tokio::process::{Child, Command};
 
+mod support;
+use support::free_port;
+
 const SECRET_VALUE: &str = "tok-7f3a9c0d-never-in-node-output";
 
 struct World {
@@ -30,14 +33,6 @@ struct World {
     callback_port: u16,
     kubelet_port: u16,
     boot_timeout_seconds: u32,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl World {

@@ -26,6 +26,7 @@ mod pods;
 mod recorder;
 mod release;
 mod runners;
+mod slim;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -198,12 +199,12 @@ impl Reconciler {
         let on_node = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
         let ours = watcher::Config::default().labels(&format!("{NODE_LABEL}={node}"));
         let config = ControllerConfig::default().concurrency(self.cfg.concurrency);
-        // The caches keep every Pod and binding of the node; their managedFields (often the
-        // largest part of an object) are never read, so they are dropped before caching.
+        // The caches keep every Pod and binding of the node: what the reconciler never reads
+        // is dropped before caching (see `slim`; for bindings, their managedFields).
         let (pod_reader, pod_writer) = reflector::store();
         let pod_stream = watcher::watcher(pods, on_node)
             .default_backoff()
-            .modify(|p: &mut Pod| p.managed_fields_mut().clear())
+            .modify(slim::slim_pod)
             .reflect(pod_writer)
             .touched_objects();
         let mut pod_controller = Controller::for_stream(pod_stream, pod_reader)

@@ -5,11 +5,16 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 use neocloud_cloudsim::{CloudSim, CloudSimConfig, SimConfig};
 use neocloud_providers::{
     ApiKey, HttpConfig, LambdaConfig, LambdaProvider, RunpodConfig, RunpodProvider, VastConfig,
     VastProvider,
 };
+use neocloud_testenv::TestContext;
+use serde_json::json;
 
 /// RunPod, Lambda and Vast simulators whose instances change state within milliseconds.
 pub async fn fast_sims() -> CloudSim {
@@ -51,4 +56,48 @@ pub fn sim_providers(sims: &CloudSim, http: Option<HttpConfig>) -> SimProviders 
         lambda: Arc::new(LambdaProvider::new(lambda).unwrap()),
         vast: Arc::new(VastProvider::new(vast).unwrap()),
     }
+}
+
+/// A free loopback port (free when asked; the caller binds it soon after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A client for a user bound to the project's ClusterRole, applied from config/rbac/role.yaml.
+pub async fn node_identity(ctx: &TestContext) -> kube::Client {
+    let role: ClusterRole =
+        serde_yaml::from_str(include_str!("../../../../config/rbac/role.yaml")).unwrap();
+    let pp = PatchParams::apply("neocloud-node-tests").force();
+    Api::<ClusterRole>::all(ctx.client.clone())
+        .patch("aibrix-neocloud-node", &pp, &Patch::Apply(&role))
+        .await
+        .unwrap();
+    let user = format!("neocloud-node-{}", ctx.namespace);
+    bind(ctx, &user, "aibrix-neocloud-node", "User", &user).await;
+    ctx.control_plane.client_as(&user, &[]).await.unwrap()
+}
+
+/// Binds ClusterRole `role` to a `kind` subject (`User`, or `ServiceAccount` in the test's
+/// namespace) with a ClusterRoleBinding called `name`.
+pub async fn bind(ctx: &TestContext, name: &str, role: &str, kind: &str, subject: &str) {
+    let subject = match kind {
+        "ServiceAccount" => json!({"kind": kind, "name": subject, "namespace": ctx.namespace}),
+        _ => json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": subject}),
+    };
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [subject]
+    }))
+    .unwrap();
+    let pp = PatchParams::apply("neocloud-node-tests").force();
+    Api::<ClusterRoleBinding>::all(ctx.client.clone())
+        .patch(name, &pp, &Patch::Apply(&binding))
+        .await
+        .unwrap();
 }

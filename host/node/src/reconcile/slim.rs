@@ -1,0 +1,163 @@
+//! What the Pod cache keeps. The cache holds every Pod of the node for as long as it lives (about
+//! 9 KiB each as the API server sends them), and the reconciler reads few of their fields: the
+//! Pod translation's (containers' images, commands, environment, ports, resources and security
+//! contexts; volume kinds; host namespaces; owners; annotations), the restart policy, and the
+//! status fields `pod_status` compares and carries over (phase, reason, message, conditions,
+//! start time, the container's state). The rest is dropped before caching.
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, Volume};
+
+/// Written by `kubectl apply`: the whole previous manifest, never read here.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what the reconciler never reads from a Pod about to be cached.
+pub(super) fn slim_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    if let Some(annotations) = pod.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.tolerations = None;
+        spec.affinity = None;
+        // The translation refuses volumes by kind and names them by index: kinds it allows keep
+        // their name and place but not their (large) source.
+        for v in spec.volumes.iter_mut().flatten() {
+            if v.projected.is_some() || v.empty_dir.is_some() {
+                *v = Volume {
+                    name: std::mem::take(&mut v.name),
+                    ..Volume::default()
+                };
+            }
+        }
+        for c in &mut spec.containers {
+            c.volume_mounts = None;
+            c.termination_message_path = None;
+            c.termination_message_policy = None;
+            c.image_pull_policy = None;
+        }
+    }
+    if let Some(status) = pod.status.as_mut() {
+        // Conditions and start time stay: the status written back keeps their times.
+        status.host_ips = None;
+        status.pod_ips = None;
+        status.qos_class = None;
+        for c in status.container_statuses.iter_mut().flatten() {
+            *c = ContainerStatus {
+                name: std::mem::take(&mut c.name),
+                ready: c.ready,
+                state: c.state.take(),
+                ..ContainerStatus::default()
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::pod_status::{DesiredPod, apply_body, is_current};
+    use neocloud_core::translate_pod;
+    use serde_json::json;
+
+    /// A Pod as the API server returns it once admitted, defaulted and given a status.
+    fn full_pod(extra_volume: &serde_json::Value, phase: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "train", "namespace": "ml", "uid": "u-1", "resourceVersion": "42",
+                "annotations": {
+                    "cloud.aibrix.ai/max-price": "2.5",
+                    LAST_APPLIED: "{\"apiVersion\":\"v1\",\"kind\":\"Pod\"}"
+                },
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
+            },
+            "spec": {
+                "nodeName": "neocloud",
+                "restartPolicy": "OnFailure",
+                "containers": [{
+                    "name": "main", "image": "nvcr.io/nvidia/pytorch:24.01",
+                    "command": ["python", "train.py"], "args": ["--epochs", "3"],
+                    "env": [{"name": "A", "value": "1"}],
+                    "ports": [{"containerPort": 8080}],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                    "volumeMounts": [{"name": "kube-api-access-x", "mountPath": "/var/run/secrets"}]
+                }],
+                "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
+                "volumes": [
+                    {"name": "kube-api-access-x", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
+                    ]}},
+                    extra_volume
+                ]
+            },
+            "status": {
+                "phase": phase,
+                "reason": "Provisioning",
+                "message": "waiting",
+                "hostIP": "10.0.0.1",
+                "startTime": "2026-12-03T09:00:00Z",
+                "conditions": [{"type": "Ready", "status": "False",
+                    "lastTransitionTime": "2026-12-03T09:00:01Z"}],
+                "containerStatuses": [{
+                    "name": "main", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
+                    "state": {"running": {"startedAt": "2026-12-03T09:00:02Z"}}
+                }]
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_slim_pod_translates_and_compares_as_the_full_one() {
+        for (extra, phase) in [
+            (json!({"name": "scratch", "emptyDir": {}}), "Pending"),
+            (
+                json!({"name": "data", "persistentVolumeClaim": {"claimName": "d"}}),
+                "Pending",
+            ),
+        ] {
+            let full = full_pod(&extra, phase);
+            let mut slim = full.clone();
+            slim_pod(&mut slim);
+            assert_eq!(
+                format!("{:?}", translate_pod(&full)),
+                format!("{:?}", translate_pod(&slim))
+            );
+            for want in [
+                DesiredPod::pending("Provisioning", "waiting"),
+                DesiredPod::pending("Provisioning", "other"),
+                DesiredPod::running(),
+                DesiredPod::failed("Error", "waiting"),
+            ] {
+                assert_eq!(
+                    is_current(&full, &want),
+                    is_current(&slim, &want),
+                    "{want:?}"
+                );
+                let now = "2026-12-03T10:00:00Z";
+                assert_eq!(
+                    apply_body(&full, &want, "10.0.0.9", now),
+                    apply_body(&slim, &want, "10.0.0.9", now)
+                );
+            }
+            let text = serde_json::to_string(&slim).unwrap();
+            for gone in [
+                "managedFields",
+                LAST_APPLIED,
+                "serviceAccountToken",
+                "mountPath",
+                "tolerations",
+            ] {
+                assert!(!text.contains(gone), "{gone} is still cached: {text}");
+            }
+            assert_eq!(
+                slim.spec.as_ref().unwrap().restart_policy.as_deref(),
+                Some("OnFailure")
+            );
+            assert_eq!(slim.metadata.uid.as_deref(), Some("u-1"));
+        }
+    }
+}
