@@ -355,3 +355,42 @@ async fn sigterm_to_the_runner_stops_the_workload_which_still_reports_its_code()
     let (code, stderr) = finish(child).await;
     assert_eq!(code, 7, "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_boots_before_the_node_is_reachable_retries_until_it_is() {
+    let mut rig = rig(fast()).await;
+    let token = rig
+        .server
+        .handle()
+        .register("uid-early", shell("echo up"))
+        .expect("register");
+    // The runner dials a port where nothing listens yet; 1.5 s later a forwarder to the
+    // callback server opens there, as a node (or its network path) coming up late would.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let child = rig.runner(&format!("https://127.0.0.1:{port}"), token.expose());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let target = rig.server.local_addr();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("bind the forwarder");
+    let forwarder = tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Running, None));
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Exited, Some(0)));
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("retrying"), "{stderr}");
+    forwarder.abort();
+}

@@ -80,9 +80,10 @@ impl CallbackClient {
             bootstrap_token: bootstrap.expose().to_string(),
         };
         let request = self.http.post(self.url("v1/token")?).json(&body);
-        let response: TokenResponse = json(send("exchange the bootstrap token", request).await?)
-            .await
-            .map_err(|e| e.during("exchange the bootstrap token"))?;
+        let response: TokenResponse =
+            json(send_retrying("exchange the bootstrap token", request).await?)
+                .await
+                .map_err(|e| e.during("exchange the bootstrap token"))?;
         let spiffe_id = response.spiffe_id.clone();
         self.keep(response).await;
         Ok(spiffe_id)
@@ -135,7 +136,7 @@ impl CallbackClient {
     /// `GET /v1/workload`.
     pub async fn workload(&self) -> Result<Workload, RunnerError> {
         let request = self.authed(Method::GET, "v1/workload").await?;
-        json(send("fetch the workload", request.timeout(REQUEST_TIMEOUT)).await?)
+        json(send_retrying("fetch the workload", request.timeout(REQUEST_TIMEOUT)).await?)
             .await
             .map_err(|e| e.during("fetch the workload"))
     }
@@ -143,7 +144,7 @@ impl CallbackClient {
     /// `POST /v1/status`.
     pub async fn status(&self, report: &StatusReport) -> Result<(), RunnerError> {
         let request = self.authed(Method::POST, "v1/status").await?.json(report);
-        send("report the state", request.timeout(REQUEST_TIMEOUT)).await?;
+        send_retrying("report the state", request.timeout(REQUEST_TIMEOUT)).await?;
         Ok(())
     }
 
@@ -165,6 +166,34 @@ impl CallbackClient {
             .body(reqwest::Body::wrap_stream(body));
         send("stream logs", request).await?;
         Ok(())
+    }
+}
+
+/// How many times a call that failed in transit or with 429 or 5xx is tried.
+const SEND_ATTEMPTS: u32 = 6;
+
+/// [`send`], tried again with backoff (0.5 s doubling to 8 s, about 20 s in all) while the failure
+/// is transient: a VM may boot before the node's callback is reachable, and a network blip must
+/// not end a runner whose workload runs. Refusals (401, 403, 4xx) are final.
+async fn send_retrying(
+    what: &'static str,
+    request: RequestBuilder,
+) -> Result<reqwest::Response, RunnerError> {
+    let mut delay = Duration::from_millis(500);
+    let mut attempt = 1;
+    loop {
+        let Some(this) = request.try_clone() else {
+            return send(what, request).await;
+        };
+        match send(what, this).await {
+            Err(e) if e.is_transient() && attempt < SEND_ATTEMPTS => {
+                tracing::warn!(error = %e, attempt, "runner: retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(8));
+                attempt += 1;
+            }
+            other => return other,
+        }
     }
 }
 
@@ -215,6 +244,17 @@ impl RunnerError {
         match self {
             Self::Http { message, .. } => Self::Http { what, message },
             other => other,
+        }
+    }
+
+    /// Whether trying again may help: the request did not complete (but not for want of a
+    /// certificate the runner trusts: that does not change by retrying), or the node was busy
+    /// or failing (429, 5xx).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Http { message, .. } => !message.contains("certificate"),
+            Self::Refused { status, .. } => *status == 429 || *status >= 500,
+            _ => false,
         }
     }
 

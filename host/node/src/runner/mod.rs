@@ -294,6 +294,27 @@ mod tests {
     }
 
     #[test]
+    fn only_failures_in_transit_and_busy_nodes_are_retried() {
+        let http = |message: &str| RunnerError::Http {
+            what: "report the state",
+            message: message.into(),
+        };
+        let refused = |status| RunnerError::Refused {
+            what: "report the state",
+            status,
+            message: String::new(),
+        };
+        assert!(http("error sending request: connection refused").is_transient());
+        assert!(!http("invalid peer certificate: UnknownIssuer").is_transient());
+        assert!(refused(429).is_transient());
+        assert!(refused(503).is_transient());
+        for status in [400, 401, 403, 404] {
+            assert!(!refused(status).is_transient(), "{status}");
+        }
+        assert!(!RunnerError::NoCommand.is_transient());
+    }
+
+    #[test]
     fn plain_http_callback_url_is_refused() {
         let err = CallbackClient::new("http://10.0.0.1:8443", b"").expect_err("http");
         assert!(err.to_string().contains("must use https"), "{err}");
