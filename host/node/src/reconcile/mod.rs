@@ -179,11 +179,6 @@ impl Reconciler {
         })
     }
 
-    /// How it was configured.
-    pub fn config(&self) -> &ReconcilerConfig {
-        &self.cfg
-    }
-
     /// The controllers' caches, once [`Reconciler::run`] has started them.
     pub fn caches(&self) -> Option<&Caches> {
         self.caches.get()

@@ -123,14 +123,14 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     rc.running_poll_interval = cfg.running_poll_interval();
     rc.retry_interval = cfg.retry_interval();
     // Kept alive for the node's lifetime: dropping the server stops it.
-    let _callback = match &cfg.runner {
+    let callback = match &cfg.runner {
         Some(settings) => {
             let (server, runners) = settings
                 .start()
                 .await
                 .context("failed to start the runner callback server")?;
-            rc.runners = Some(runners);
-            Some(server)
+            rc.runners = Some(Arc::clone(&runners));
+            Some((server, runners))
         }
         None => {
             if ids.contains(&ProviderId::Lambda) {
@@ -160,7 +160,6 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     let reconcile = tokio::spawn(Arc::clone(&reconciler).run(Some(synced_tx)));
     // Kept alive for the node's lifetime, like the callback server.
     let _kubelet = if cfg.kubelet_api.enabled {
-        let runners = reconciler.config().runners.clone();
         Some(
             cfg.kubelet_api
                 .start(
@@ -168,7 +167,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
                     client.clone(),
                     kube_ca.as_deref(),
                     &reconciler,
-                    runners.as_ref(),
+                    callback.as_ref().map(|(_, runners)| runners),
                 )
                 .await?,
         )
