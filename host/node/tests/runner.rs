@@ -364,21 +364,22 @@ async fn a_runner_that_boots_before_the_node_is_reachable_retries_until_it_is() 
         .handle()
         .register("uid-early", shell("echo up"))
         .expect("register");
-    // The runner dials a port where nothing listens yet; 1.5 s later a forwarder to the
-    // callback server opens there, as a node (or its network path) coming up late would.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("port")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let child = rig.runner(&format!("https://127.0.0.1:{port}"), token.expose());
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let target = rig.server.local_addr();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+    // For 1.5 s the runner's port drops every connection, as a node (or its network path)
+    // coming up late would; then it forwards to the callback server. The port stays bound
+    // throughout, so no other test's server can be given it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind the forwarder");
+    let port = listener.local_addr().expect("addr").port();
+    let child = rig.runner(&format!("https://127.0.0.1:{port}"), token.expose());
+    let target = rig.server.local_addr();
+    let opens_at = tokio::time::Instant::now() + Duration::from_millis(1500);
     let forwarder = tokio::spawn(async move {
         while let Ok((mut inbound, _)) = listener.accept().await {
+            if tokio::time::Instant::now() < opens_at {
+                drop(inbound);
+                continue;
+            }
             tokio::spawn(async move {
                 if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
                     let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
