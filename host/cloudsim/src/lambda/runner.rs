@@ -74,21 +74,34 @@ impl Runners {
         boot: Duration,
     ) {
         tokio::spawn(async move {
-            tokio::time::sleep(boot).await;
-            let Some(state) = state.upgrade() else {
-                return;
-            };
-            // Holding the map's lock while checking makes a concurrent terminate wait, then kill.
-            let mut live = state.runners.live.lock();
-            if !state.is_active(&id) {
-                return;
-            }
-            match spawn(&id, &binary, &args) {
-                Ok(kill) => {
-                    live.insert(id, kill);
+            let mut wait = boot;
+            loop {
+                tokio::time::sleep(wait).await;
+                let Some(state) = state.upgrade() else {
+                    return;
+                };
+                // Holding the map's lock while checking makes a concurrent terminate wait, then
+                // kill. A VM still booting (the sleep can end a hair before the simulator's own
+                // clock says active) is looked at again shortly.
+                let mut live = state.runners.live.lock();
+                match state.status_of(&id) {
+                    Some("active") => {}
+                    Some("booting") => {
+                        wait = Duration::from_millis(20);
+                        continue;
+                    }
+                    _ => return,
                 }
-                Err(e) => tracing::warn!(instance = %id, binary = %binary.display(), error = %e,
-                    "lambda sim: failed to start the runner from user_data"),
+                match spawn(&id, &binary, &args) {
+                    Ok(kill) => {
+                        live.insert(id, kill);
+                    }
+                    Err(e) => {
+                        tracing::warn!(instance = %id, binary = %binary.display(), error = %e,
+                        "lambda sim: failed to start the runner from user_data")
+                    }
+                }
+                return;
             }
         });
     }

@@ -128,11 +128,10 @@ impl LambdaState {
         }
     }
 
-    /// Whether the instance exists and is `active`.
-    pub fn is_active(&self, id: &str) -> bool {
+    /// The instance's status (`booting`, `active`, ...), if it exists.
+    pub fn status_of(&self, id: &str) -> Option<&'static str> {
         let now = self.core.clock.now();
-        self.get(id)
-            .is_some_and(|i| i.status(&self.core, now) == "active")
+        self.get(id).map(|i| i.status(&self.core, now))
     }
 
     /// Counts a launch request against the rate limit; `Err` is the seconds to wait.
