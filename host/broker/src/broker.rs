@@ -12,7 +12,8 @@ use crate::catalog::CatalogView;
 use crate::cost::BindingCost;
 use crate::error::BrokerError;
 use crate::planner::{Plan, PlanInput, Planner};
-use crate::rent::{AttemptRecorder, RentRequest, Rental, Renter};
+use crate::record::AttemptRecorder;
+use crate::rent::{RentRequest, Rental, Renter};
 
 /// Planner and renter together.
 #[derive(Debug, Clone)]

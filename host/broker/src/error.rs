@@ -30,6 +30,15 @@ pub enum BrokerError {
         /// Every attempt made.
         attempts: Vec<Attempt>,
     },
+    /// Every offer left in the plan was taken by other renters between planning and create:
+    /// plan again with fresh offers (not a failure of the workload's, nor the policy's).
+    #[error("the offers planned for {external_name} were taken by other renters; planning again")]
+    OffersTaken {
+        /// The instance name.
+        external_name: String,
+        /// Every attempt made.
+        attempts: Vec<Attempt>,
+    },
     /// Writing an attempt to the binding failed, so renting stopped before the provider call.
     #[error("failed to record attempt {number} for {external_name}: {message}")]
     Record {
@@ -50,7 +59,9 @@ impl BrokerError {
     pub fn is_transient(&self) -> bool {
         match self {
             BrokerError::Policy(_) => false,
-            BrokerError::NoCandidates { .. } | BrokerError::GaveUp { .. } => true,
+            BrokerError::NoCandidates { .. }
+            | BrokerError::GaveUp { .. }
+            | BrokerError::OffersTaken { .. } => true,
             BrokerError::Record { .. } => true,
             BrokerError::Provider(e) => e.class.is_transient(),
         }
@@ -62,6 +73,7 @@ impl BrokerError {
             BrokerError::Policy(_) => "policy",
             BrokerError::NoCandidates { .. } => "no-candidates",
             BrokerError::GaveUp { .. } => "gave-up",
+            BrokerError::OffersTaken { .. } => "offers-taken",
             BrokerError::Record { .. } => "record",
             BrokerError::Provider(e) => e.class.label(),
         }

@@ -118,7 +118,9 @@ impl FallbackPolicy for DefaultFallback {
     fn next_action(&self, cx: &FallbackContext<'_>) -> Result<FallbackAction, PolicyError> {
         let f = &cx.failure;
         let action = match f.class {
-            FailureClass::Capacity | FailureClass::PriceExceeded => FallbackAction::NextOffer,
+            FailureClass::Capacity | FailureClass::PriceExceeded | FailureClass::OfferTaken => {
+                FallbackAction::NextOffer
+            }
             FailureClass::Preempted | FailureClass::Lost => FallbackAction::NextOffer,
             FailureClass::Quota | FailureClass::Auth => FallbackAction::SkipProvider {
                 provider: f.provider,

@@ -17,6 +17,7 @@ pub mod ladder;
 pub mod planner;
 pub mod policy;
 pub mod price_guard;
+pub mod record;
 pub mod rent;
 
 pub use broker::{Broker, CostSnapshot, Placement};
@@ -32,4 +33,5 @@ pub use planner::{Candidate, Plan, PlanInput, Planner};
 pub use policy::{
     AcceptAll, CheapestFirst, MinimumBid, OfferFilter, OfferRanker, PolicyError, PricingPolicy,
 };
-pub use rent::{AttemptRecorder, RentRequest, Rental, Renter};
+pub use record::{AttemptRecorder, Decision, NextStep, Wait};
+pub use rent::{RentRequest, Rental, Renter, fill_unreported};

@@ -21,7 +21,8 @@ pub struct ConfirmedPrice {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct PriceRefused {
-    /// `Capacity` when the offer is gone, `PriceExceeded` when it costs too much now.
+    /// `OfferTaken` when the offer is gone (taken since planning), `PriceExceeded` when it costs
+    /// too much now.
     pub class: FailureClass,
     /// What happened, naming the offer and the prices.
     pub message: String,
@@ -39,7 +40,7 @@ pub fn confirm(
             planned.id, planned.provider
         );
         return Err(PriceRefused {
-            class: FailureClass::Capacity,
+            class: FailureClass::OfferTaken,
             message,
         });
     };

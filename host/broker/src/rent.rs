@@ -10,11 +10,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::Utc;
 use neocloud_core::{
-    Attempt, AttemptOutcome, FailureClass, InstanceState, Offer, OfferQuery, ProviderId,
-    WorkloadSpec,
+    Attempt, AttemptOutcome, FailureClass, FallbackAction, InstanceState, Offer, OfferQuery,
+    ProviderId, WorkloadSpec,
 };
 use neocloud_providers::{CreateRequest, Provider, ProviderError};
 use tokio::time::Instant;
@@ -27,13 +26,7 @@ use crate::fallback::{Failure, FallbackContext, FallbackPolicy};
 use crate::ladder::{Ladder, LadderLimits, Step};
 use crate::planner::{Candidate, Plan};
 use crate::price_guard::{self, ConfirmedPrice};
-
-/// Writes attempts durably (the node writes them to the binding status).
-#[async_trait]
-pub trait AttemptRecorder: Send + Sync {
-    /// Records a new or updated attempt (same `number` means update). An error stops renting.
-    async fn record(&self, attempt: &Attempt) -> Result<(), String>;
-}
+use crate::record::{AttemptRecorder, Decision, NextStep, Wait};
 
 /// One workload to rent.
 #[derive(Debug, Clone)]
@@ -63,6 +56,8 @@ pub struct Rental {
     pub attempts: Vec<Attempt>,
     /// Whether the instance was found by name rather than created by the last attempt.
     pub adopted: bool,
+    /// The index in the plan of the candidate rented (`None` when found by name).
+    pub candidate: Option<usize>,
 }
 
 /// The renter and what it guards with.
@@ -104,14 +99,14 @@ impl Renter {
                 Step::GiveUp { reason } => return Err(self.gave_up(req, reason, attempts)),
             };
             tokio::time::sleep(after).await;
-            if let Some(instance) = self.recover(&unknown, req).await? {
+            if let Some(instance) = self.recover(&unknown, req, &attempts).await? {
                 return Ok(Rental {
                     instance,
                     attempts,
                     adopted: true,
+                    candidate: None,
                 });
             }
-            ladder.attempted();
             let candidate = &req.plan.candidates[index];
             let failure = match self
                 .attempt(req, candidate, &mut attempts, recorder)
@@ -122,6 +117,7 @@ impl Renter {
                         instance,
                         attempts,
                         adopted: false,
+                        candidate: Some(index),
                     });
                 }
                 Err(f) => f,
@@ -129,32 +125,91 @@ impl Renter {
             if failure.class.outcome_unknown() {
                 unknown.insert(failure.provider);
             }
-            step = self.next_step(req, &mut ladder, &attempts, failure, started);
+            let taken = failure.class == FailureClass::OfferTaken;
+            let turn = Turn {
+                ladder: &mut ladder,
+                index,
+                failure,
+                started,
+            };
+            step = self.next_step(req, turn, &attempts, recorder).await?;
+            if taken && let Step::GiveUp { .. } = step {
+                return Err(BrokerError::OffersTaken {
+                    external_name: req.external_name.to_owned(),
+                    attempts,
+                });
+            }
         }
     }
 
-    /// Asks the fallback policy what to do and lets the ladder bound the answer.
-    fn next_step(
+    /// Decides what follows a failure and reports it. An offer taken by another renter moves on
+    /// to the next offer without asking the policy or counting against the attempt limit; any
+    /// other failure counts and is the fallback policy's to answer (with the offer-taken
+    /// attempts left out of what it sees), bounded by the ladder.
+    async fn next_step(
         &self,
         req: &RentRequest<'_>,
-        ladder: &mut Ladder,
+        turn: Turn<'_>,
         attempts: &[Attempt],
-        failure: Failure,
-        started: Instant,
-    ) -> Step {
-        let retries_of_offer = ladder.retries_of_current();
-        let cx = FallbackContext {
-            workload: req.workload,
-            attempts,
+        recorder: &dyn AttemptRecorder,
+    ) -> Result<Step, BrokerError> {
+        let Turn {
+            ladder,
+            index,
             failure,
-            retries_of_offer,
+            started,
+        } = turn;
+        let class = failure.class;
+        let (action, by_policy) = if class == FailureClass::OfferTaken {
+            (FallbackAction::NextOffer, false)
+        } else {
+            ladder.attempted();
+            let counted: Vec<Attempt> = attempts
+                .iter()
+                .filter(|a| a.failure() != Some(FailureClass::OfferTaken))
+                .cloned()
+                .collect();
+            let cx = FallbackContext {
+                workload: req.workload,
+                attempts: &counted,
+                failure,
+                retries_of_offer: ladder.retries_of_current(),
+            };
+            let action =
+                self.fallback
+                    .next_action(&cx)
+                    .unwrap_or_else(|e| FallbackAction::GiveUp {
+                        reason: format!("fallback {e}"),
+                    });
+            (action, true)
         };
-        match self.fallback.next_action(&cx) {
-            Ok(action) => ladder.after_failure(&action, started.elapsed()),
-            Err(e) => Step::GiveUp {
-                reason: format!("fallback {e}"),
+        let step = ladder.after_failure(&action, started.elapsed());
+        let next = match &step {
+            Step::Try { index: next, after } => NextStep::Try {
+                offer: req.plan.candidates[*next].offer.clone(),
+                after: *after,
+                same_offer: *next == index,
             },
-        }
+            Step::GiveUp { reason } => NextStep::Stop {
+                reason: reason.clone(),
+            },
+        };
+        let decision = Decision {
+            attempt: attempts.last().map_or(0, |a| a.number),
+            class,
+            action,
+            by_policy,
+            next,
+        };
+        recorder
+            .decided(&decision)
+            .await
+            .map_err(|message| BrokerError::Record {
+                external_name: req.external_name.to_owned(),
+                number: decision.attempt,
+                message,
+            })?;
+        Ok(step)
     }
 
     fn gave_up(
@@ -170,18 +225,24 @@ impl Renter {
         }
     }
 
-    /// Looks the external name up on every provider whose create outcome is unknown.
+    /// Looks the external name up on every provider whose create outcome is unknown. A found
+    /// instance whose provider reports no price yet is counted at the price of the last attempt
+    /// on that provider.
     async fn recover(
         &self,
         unknown: &BTreeSet<ProviderId>,
         req: &RentRequest<'_>,
+        attempts: &[Attempt],
     ) -> Result<Option<InstanceState>, BrokerError> {
         for id in unknown {
             let Some(provider) = self.catalog.provider(*id) else {
                 continue;
             };
             let found = provider.find_by_name(req.external_name).await?;
-            if let Some(found) = found.filter(|f| !f.phase.is_terminal()) {
+            if let Some(mut found) = found.filter(|f| !f.phase.is_terminal()) {
+                if let Some(last) = attempts.iter().rev().find(|a| a.provider == *id) {
+                    fill_unreported(&mut found, last.price_per_hour, None);
+                }
                 self.budget
                     .record_existing(req.binding, found.price_per_hour);
                 self.ledger
@@ -203,7 +264,8 @@ impl Renter {
     ) -> Result<Result<InstanceState, Failure>, BrokerError> {
         let offer = &candidate.offer;
         let mut attempt = Attempt {
-            number: attempts.len() as u32 + 1,
+            // After the highest number, not the count: the binding keeps a bounded history.
+            number: attempts.last().map_or(0, |a| a.number) + 1,
             provider: offer.provider,
             offer_id: offer.id.clone(),
             price_per_hour: offer.rent_price_per_hour(),
@@ -230,7 +292,15 @@ impl Renter {
         };
         attempt.price_per_hour = ready.price.usd_per_hour;
         self.record(req, &attempt, recorder).await?;
-        let result = self.create(req, ready).await;
+        let provider = ready.provider.clone();
+        self.announce_wait(provider.as_ref(), recorder).await;
+        let mut result = self.create(req, ready).await;
+        if let Err(e) = &mut result
+            && e.class == FailureClass::Capacity
+            && self.offer_gone(req, offer).await
+        {
+            e.class = FailureClass::OfferTaken;
+        }
         attempt.outcome = match &result {
             Ok(instance) => AttemptOutcome::Rented {
                 instance_id: instance.id.clone(),
@@ -315,13 +385,43 @@ impl Renter {
             bid_per_hour: ready.price.bid_per_hour,
             boot: req.boot.map(str::to_owned),
         };
-        let instance = ready.provider.create(&request).await?;
+        let mut instance = ready.provider.create(&request).await?;
+        fill_unreported(
+            &mut instance,
+            ready.price.usd_per_hour,
+            Some(request.offer.gpu_count),
+        );
         ready
             .reservation
             .commit(req.binding, instance.price_per_hour);
         self.ledger
             .start(req.binding, instance.price_per_hour, Utc::now());
         Ok(instance)
+    }
+
+    /// Reports a wait the provider's own spacing of creates is about to impose.
+    async fn announce_wait(&self, provider: &dyn Provider, recorder: &dyn AttemptRecorder) {
+        if let Some((duration, reason)) = provider.create_wait()
+            && duration >= Duration::from_millis(500)
+        {
+            let until = Utc::now() + chrono::Duration::from_std(duration).unwrap_or_default();
+            let wait = Wait {
+                duration,
+                until,
+                reason,
+            };
+            recorder.waiting(&wait).await;
+        }
+    }
+
+    /// Whether `offer` is gone from fresh offer data (taken by another renter since planning).
+    /// A provider that cannot answer says nothing: the failure stays what the provider said.
+    async fn offer_gone(&self, req: &RentRequest<'_>, offer: &Offer) -> bool {
+        let query = OfferQuery::for_workload(req.workload);
+        match self.catalog.fresh(offer.provider, &query).await {
+            Ok(fresh) => !fresh.iter().any(|o| o.id == offer.id),
+            Err(_) => false,
+        }
     }
 
     async fn record(
@@ -351,6 +451,29 @@ impl Renter {
         self.record(req, &attempt, recorder).await?;
         attempts.push(attempt);
         Ok(result)
+    }
+}
+
+/// One failure's turn at the ladder.
+struct Turn<'a> {
+    ladder: &'a mut Ladder,
+    index: usize,
+    failure: Failure,
+    started: Instant,
+}
+
+/// Fills what a provider's answer leaves out from what we rented: a price of 0 (RunPod reports
+/// `cost: 0` while a pod provisions) becomes the price confirmed before renting, and a GPU count
+/// of 0 (a Lambda type without `specs`) the offer's. The node replaces the price once the
+/// provider reports a non-zero one for the running instance.
+pub fn fill_unreported(instance: &mut InstanceState, price: f64, gpu_count: Option<u32>) {
+    if !(instance.price_per_hour.is_finite() && instance.price_per_hour > 0.0) {
+        instance.price_per_hour = price;
+    }
+    if instance.gpu_count == 0
+        && let Some(count) = gpu_count
+    {
+        instance.gpu_count = count;
     }
 }
 

@@ -40,13 +40,13 @@ fn an_on_demand_offer_is_confirmed_at_its_fresh_price_within_the_ceiling() {
 }
 
 #[test]
-fn a_vanished_offer_is_a_capacity_failure() {
+fn a_vanished_offer_was_taken_by_another_renter() {
     let c = spot_candidate(0.2, 0.2, 1.0);
     let refused = confirm(&c, None).unwrap_err();
     assert_eq!(
         (refused.class, refused.message.as_str()),
         (
-            FailureClass::Capacity,
+            FailureClass::OfferTaken,
             "offer 42 no longer available on vast"
         )
     );

@@ -106,7 +106,7 @@ proptest! {
     #[test]
     fn every_fallback_sequence_ends_within_its_limits(
         candidates in prop::collection::vec(0usize..3, 0..12),
-        failures in prop::collection::vec((0usize..10, prop::option::of(0u64..120), 0u64..30), 1..200),
+        failures in prop::collection::vec((0usize..FailureClass::ALL.len(), prop::option::of(0u64..120), 0u64..30), 1..200),
         max_attempts in 1u32..15, max_total_s in 1u64..900, seed in any::<u64>(),
     ) {
         let limits = LadderLimits { max_attempts, max_total: Duration::from_secs(max_total_s) };

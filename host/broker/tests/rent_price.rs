@@ -26,7 +26,7 @@ proptest! {
         prices in prop::collection::vec(10u32..300, 1..12),
         moves in prop::collection::vec(prop::option::of(10u32..400), 1..12),
         max_cents in 50u32..250,
-        failures in prop::collection::vec(0usize..10, 0..4),
+        failures in prop::collection::vec(0usize..FailureClass::ALL.len(), 0..4),
     ) {
         runtime().block_on(async {
             let offers: Vec<Offer> = prices.iter().enumerate()

@@ -32,11 +32,15 @@ pub enum FailureClass {
     Preempted,
     /// The instance disappeared from the provider without us deleting it.
     Lost,
+    /// Another renter took the offer between planning and create (it is gone from fresh offer
+    /// data). Not the provider's capacity and not the policy's business: the ladder moves on to
+    /// the next offer or plans again, without spending the policy's attempt budget.
+    OfferTaken,
 }
 
 impl FailureClass {
     /// Every class, in a fixed order.
-    pub const ALL: [FailureClass; 10] = [
+    pub const ALL: [FailureClass; 11] = [
         FailureClass::Capacity,
         FailureClass::Quota,
         FailureClass::Auth,
@@ -47,6 +51,7 @@ impl FailureClass {
         FailureClass::Timeout,
         FailureClass::Preempted,
         FailureClass::Lost,
+        FailureClass::OfferTaken,
     ];
 
     /// The short, stable label used in metrics, conditions and policies.
@@ -62,6 +67,7 @@ impl FailureClass {
             FailureClass::Timeout => "timeout",
             FailureClass::Preempted => "preempted",
             FailureClass::Lost => "lost",
+            FailureClass::OfferTaken => "offer-taken",
         }
     }
 

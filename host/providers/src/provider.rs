@@ -201,4 +201,11 @@ pub trait Provider: Send + Sync + fmt::Debug {
 
     /// Checks that the provider answers and accepts our credentials. Read-only.
     async fn health(&self) -> Result<(), ProviderError>;
+
+    /// How long a create called now would first wait for the adapter's own spacing of creates
+    /// (Lambda allows one launch per 12 s), and why; `None` when it would not wait. Read-only
+    /// and immediate: the renter uses it to say what a Pod is waiting for.
+    fn create_wait(&self) -> Option<(std::time::Duration, String)> {
+        None
+    }
 }

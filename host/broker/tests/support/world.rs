@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use neocloud_broker::{
-    AttemptRecorder, BrokerError, BudgetGuard, Catalog, CatalogConfig, CostLedger, DefaultFallback,
-    LadderLimits, Plan, PlanInput, Planner, RentRequest, Rental, Renter,
+    AttemptRecorder, BrokerError, BudgetGuard, Catalog, CatalogConfig, CostLedger, Decision,
+    DefaultFallback, LadderLimits, Plan, PlanInput, Planner, RentRequest, Rental, Renter, Wait,
 };
 use neocloud_core::{Attempt, Offer, OfferQuery, ProviderId, WorkloadSpec};
 use neocloud_providers::{FakeProvider, Provider};
@@ -16,6 +16,8 @@ use super::{PROVIDERS, now};
 #[derive(Debug, Default)]
 pub struct Recorder {
     pub attempts: Mutex<Vec<Attempt>>,
+    pub decisions: Mutex<Vec<Decision>>,
+    pub waits: Mutex<Vec<Wait>>,
     pub fail: bool,
 }
 
@@ -27,6 +29,15 @@ impl AttemptRecorder for Recorder {
         }
         self.attempts.lock().push(attempt.clone());
         Ok(())
+    }
+
+    async fn decided(&self, decision: &Decision) -> Result<(), String> {
+        self.decisions.lock().push(decision.clone());
+        Ok(())
+    }
+
+    async fn waiting(&self, wait: &Wait) {
+        self.waits.lock().push(wait.clone());
     }
 }
 
@@ -84,13 +95,23 @@ impl World {
             .offers(&OfferQuery::for_workload(w), &[])
             .await;
         let plan = plan(w, &view.offers);
+        self.rent_plan(w, name, &plan).await
+    }
+
+    /// Rents along a plan made earlier (the market may have moved since).
+    pub async fn rent_plan(
+        &self,
+        w: &WorkloadSpec,
+        name: &str,
+        plan: &Plan,
+    ) -> (Result<Rental, BrokerError>, Recorder) {
         let recorder = Recorder::default();
         let req = RentRequest {
             binding: name,
             external_name: name,
             workload: w,
             env: &[],
-            plan: &plan,
+            plan,
             history: &[],
             boot: None,
         };

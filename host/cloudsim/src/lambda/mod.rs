@@ -38,6 +38,7 @@ use state::LambdaState;
 #[derive(Debug)]
 pub struct LambdaSim {
     handle: SimHandle,
+    state: Arc<LambdaState>,
 }
 
 impl Deref for LambdaSim {
@@ -53,8 +54,14 @@ impl LambdaSim {
         let core = Core::new("lambda", config, default_offers, 1, dialect());
         let state = Arc::new(LambdaState::new(core.clone()));
         let ops: Arc<dyn SimOps> = Arc::new(Ops(state.clone()));
-        let handle = SimHandle::launch(core, ops, routes(state), "/api/v1").await?;
-        Ok(Self { handle })
+        let handle = SimHandle::launch(core, ops, routes(state.clone()), "/api/v1").await?;
+        Ok(Self { handle, state })
+    }
+
+    /// How many launches the simulated rate limit refused with a 429, as Lambda counts them
+    /// when they arrive.
+    pub fn refused_launches(&self) -> u64 {
+        self.state.refused_launches()
     }
 }
 

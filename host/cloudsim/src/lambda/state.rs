@@ -77,6 +77,7 @@ struct Inner {
     instances: BTreeMap<String, Instance>,
     keys: Vec<SshKey>,
     launches: VecDeque<Instant>,
+    refused_launches: u64,
 }
 
 /// The Lambda simulator's state.
@@ -134,6 +135,11 @@ impl LambdaState {
         self.get(id).map(|i| i.status(&self.core, now))
     }
 
+    /// How many launches the rate limit refused (answered 429) so far.
+    pub fn refused_launches(&self) -> u64 {
+        self.inner.lock().refused_launches
+    }
+
     /// Counts a launch request against the rate limit; `Err` is the seconds to wait.
     pub fn admit_launch(&self) -> Result<(), u64> {
         let limit = self.core.config.launch_rate_limit;
@@ -149,6 +155,7 @@ impl LambdaState {
         if inner.launches.len() >= limit.max_requests as usize {
             let oldest = inner.launches.front().copied().unwrap_or(now);
             let wait = (oldest + window).saturating_duration_since(now);
+            inner.refused_launches += 1;
             return Err(wait.as_secs_f64().ceil().max(1.0) as u64);
         }
         inner.launches.push_back(now);

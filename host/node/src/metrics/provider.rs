@@ -144,6 +144,10 @@ impl Provider for InstrumentedProvider {
     async fn health(&self) -> Result<(), ProviderError> {
         self.timed(Operation::Health, self.inner.health()).await
     }
+
+    fn create_wait(&self) -> Option<(std::time::Duration, String)> {
+        self.inner.create_wait()
+    }
 }
 
 #[cfg(test)]

@@ -123,7 +123,9 @@ fn capacity_type(c: CapacityType) -> wit::CapacityType {
     }
 }
 
-/// Our failure class as the WIT enum (the two sets are the same).
+/// Our failure class as the WIT enum. The WIT package is released and never edited, so a class
+/// added since (`offer-taken`, an offer gone between planning and create) is shown to guests as
+/// the class it used to be reported as: capacity.
 pub fn failure_class(c: FailureClass) -> wit::FailureClass {
     match c {
         FailureClass::Capacity => wit::FailureClass::Capacity,
@@ -136,6 +138,7 @@ pub fn failure_class(c: FailureClass) -> wit::FailureClass {
         FailureClass::Timeout => wit::FailureClass::Timeout,
         FailureClass::Preempted => wit::FailureClass::Preempted,
         FailureClass::Lost => wit::FailureClass::Lost,
+        FailureClass::OfferTaken => wit::FailureClass::Capacity,
     }
 }
 

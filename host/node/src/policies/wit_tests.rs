@@ -147,6 +147,11 @@ fn attempts_keep_failures_and_the_last_one_carries_the_failure_being_handled() {
 #[test]
 fn every_failure_class_has_its_wit_twin() {
     for c in FailureClass::ALL {
+        if c == FailureClass::OfferTaken {
+            // Newer than the released WIT: guests see it as the capacity it used to be.
+            assert_eq!(failure_class(c), wit::FailureClass::Capacity);
+            continue;
+        }
         let twin = failure_class(c);
         let debug = format!("{twin:?}").to_lowercase();
         let want = format!("::{}", c.label().replace('-', ""));

@@ -23,21 +23,57 @@ use crate::common::{ConfigError, NameLocks, wants_capacity};
 use crate::http::{Call, Http, Safety};
 use crate::provider::{CreateRequest, Operation, Provider, ProviderError};
 
-/// Spaces launches at least `interval` apart, across every caller of one adapter.
+/// Spaces launches: one starts no sooner than `interval` after the previous launch's answer
+/// arrived, so however long requests spend in transit, two launches never reach Lambda less than
+/// `interval` apart. Shared by every caller of one adapter.
 #[derive(Debug)]
 struct LaunchLimiter {
     interval: Duration,
-    last: tokio::sync::Mutex<Option<Instant>>,
+    turn: tokio::sync::Mutex<()>,
+    next: std::sync::Mutex<Option<Instant>>,
 }
 
 impl LaunchLimiter {
-    async fn wait_turn(&self) -> tokio::sync::MutexGuard<'_, Option<Instant>> {
-        let mut last = self.last.lock().await;
-        if let Some(at) = *last {
-            tokio::time::sleep_until(at + self.interval).await;
+    fn new(interval: Duration) -> LaunchLimiter {
+        LaunchLimiter {
+            interval,
+            turn: tokio::sync::Mutex::new(()),
+            next: std::sync::Mutex::new(None),
         }
-        *last = Some(Instant::now());
-        last
+    }
+
+    /// Waits for this caller's turn; hold the guard until [`LaunchLimiter::answered`].
+    async fn wait_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        let turn = self.turn.lock().await;
+        if let Some(at) = self.next_at() {
+            tokio::time::sleep_until(at).await;
+        }
+        turn
+    }
+
+    /// The launch just sent has been answered (or failed): the next waits a full interval.
+    fn answered(&self) {
+        self.set_next(Instant::now() + self.interval);
+    }
+
+    /// How long a launch starting now would wait.
+    fn wait(&self) -> Option<Duration> {
+        let left = self.next_at()?.saturating_duration_since(Instant::now());
+        (!left.is_zero()).then_some(left)
+    }
+
+    fn next_at(&self) -> Option<Instant> {
+        *self
+            .next
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set_next(&self, at: Instant) {
+        *self
+            .next
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(at);
     }
 }
 
@@ -83,10 +119,7 @@ impl LambdaProvider {
             provider: "lambda",
             source,
         })?;
-        let limiter = LaunchLimiter {
-            interval: Duration::from_millis(config.launch_interval_ms),
-            last: tokio::sync::Mutex::new(None),
-        };
+        let limiter = LaunchLimiter::new(Duration::from_millis(config.launch_interval_ms));
         Ok(LambdaProvider {
             http,
             config,
@@ -168,11 +201,16 @@ impl LambdaProvider {
         let call = Call::new(Operation::Create, Some(name));
         let body = self.launch_body(request, kind, region);
         let url = self.http.url("/instance-operations/launch");
+        // The HTTP layer sends a launch answered 429 again after its Retry-After (nothing was
+        // launched), within this turn: the caller's attempt is not spent on it.
         let reply = {
             let _turn = self.limiter.wait_turn().await;
-            self.http
+            let sent = self
+                .http
                 .send(call, Safety::CreateOnce, |c| c.post(&url).json(&body))
-                .await?
+                .await;
+            self.limiter.answered();
+            sent?
         };
         if !reply.status.is_success() {
             return Err(errors::error(&self.http, call, &reply));
@@ -260,6 +298,14 @@ impl LambdaProvider {
 impl Provider for LambdaProvider {
     fn id(&self) -> ProviderId {
         ProviderId::Lambda
+    }
+
+    fn create_wait(&self) -> Option<(Duration, String)> {
+        let why = format!(
+            "lambda's launch spacing (one launch per {} s)",
+            self.limiter.interval.as_secs_f64()
+        );
+        self.limiter.wait().map(|d| (d, why))
     }
 
     async fn list_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, ProviderError> {

@@ -14,7 +14,12 @@ use crate::http::{ApiKey, HttpConfig};
 pub const DEFAULT_BASE_URL: &str = "https://cloud.lambda.ai/api/v1";
 
 /// Lambda documents 1 launch per 12 seconds.
-pub const DEFAULT_LAUNCH_INTERVAL_MS: u64 = 12_000;
+pub const DOCUMENTED_LAUNCH_INTERVAL_MS: u64 = 12_000;
+
+/// The default spacing of launches: the documented limit plus a 1 s margin, measured from the
+/// previous launch's answer (see the adapter), so clocks and transit times never make two
+/// launches look closer than the limit to Lambda.
+pub const DEFAULT_LAUNCH_INTERVAL_MS: u64 = DOCUMENTED_LAUNCH_INTERVAL_MS + 1_000;
 
 /// How the Lambda adapter reaches Lambda Cloud.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -30,7 +35,7 @@ pub struct LambdaConfig {
     /// cloud-init user data sent with every launch (a later task puts the runner here).
     #[serde(default)]
     pub user_data: Option<String>,
-    /// The least time between two launches from this adapter.
+    /// The least time between one launch's answer and the next launch from this adapter.
     #[serde(default = "default_interval")]
     pub launch_interval_ms: u64,
     /// Timeouts and retries.

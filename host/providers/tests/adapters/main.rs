@@ -149,6 +149,84 @@ async fn lambda_spaces_launches_by_the_configured_interval_and_sends_name_tag_an
 }
 
 #[tokio::test]
+async fn lambda_launches_spaced_by_the_server_limit_are_never_refused_and_the_wait_is_reported() {
+    // The simulator counts launches as they arrive, as Lambda does: one per window.
+    let sim = LambdaSim::start(SimConfig {
+        launch_rate_limit: neocloud_cloudsim::RateLimit {
+            max_requests: 1,
+            window_ms: 300,
+        },
+        ..SimConfig::fast()
+    })
+    .await
+    .unwrap();
+    let mut config = lambda_config(&sim);
+    config.launch_interval_ms = 300;
+    let p = LambdaProvider::new(config).unwrap();
+    let offer = cheapest(&p).await;
+    assert_eq!(p.create_wait(), None, "nothing launched yet");
+    for i in 0..3 {
+        p.create(&request(&format!("nc-spaced-{i}"), &offer))
+            .await
+            .unwrap();
+        let (wait, why) = p.create_wait().expect("a launch was just answered");
+        assert!(wait <= Duration::from_millis(300), "{wait:?}");
+        assert!(why.contains("launch spacing"), "{why}");
+    }
+    assert_eq!(
+        sim.refused_launches(),
+        0,
+        "a launch arrived inside the window"
+    );
+}
+
+#[tokio::test]
+async fn a_lambda_launch_answered_429_is_sent_again_after_the_wait_and_rents_once() {
+    let sim = LambdaSim::start(SimConfig::fast()).await.unwrap();
+    sim.add_fault(FaultRule::next(
+        "POST /api/v1/instance-operations/launch",
+        2,
+        FaultKind::RateLimited {
+            retry_after_secs: 0,
+        },
+    ));
+    let mut config = lambda_config(&sim);
+    config.launch_interval_ms = 50;
+    let p = LambdaProvider::new(config).unwrap();
+    let offer = cheapest(&p).await;
+    let made = p.create(&request("nc-429", &offer)).await.unwrap();
+    assert!(
+        sim.faults().is_empty(),
+        "both 429s were met: {:?}",
+        sim.faults()
+    );
+    assert_eq!(sim.ledger().live().len(), 1, "{:?}", sim.ledger().live());
+    assert_eq!(p.list_ours("nc-429").await.unwrap().len(), 1);
+    assert_eq!(made.external_name, "nc-429");
+}
+
+#[tokio::test]
+async fn a_lambda_launch_refused_429_more_times_than_the_http_layer_retries_is_rate_limited() {
+    let sim = LambdaSim::start(SimConfig::fast()).await.unwrap();
+    sim.add_fault(FaultRule::next(
+        "POST /api/v1/instance-operations/launch",
+        10,
+        FaultKind::RateLimited {
+            retry_after_secs: 0,
+        },
+    ));
+    let mut config = lambda_config(&sim);
+    config.launch_interval_ms = 10;
+    let sends = config.http.max_attempts;
+    let p = LambdaProvider::new(config).unwrap();
+    let offer = cheapest(&p).await;
+    let error = p.create(&request("nc-429s", &offer)).await.unwrap_err();
+    assert_eq!(error.class, FailureClass::RateLimited, "{error}");
+    assert_eq!(sim.faults()[0].hits, u64::from(sends));
+    assert!(p.list_ours("nc-429s").await.unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn lambda_health_names_an_ssh_key_the_account_does_not_have() {
     let sim = LambdaSim::start(SimConfig::fast()).await.unwrap();
     let mut config = lambda_config(&sim);
