@@ -145,9 +145,14 @@ pub struct CloudPodBindingStatus {
     /// The workload's exit code, when a VM runner reported that it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    /// Every rental attempt, oldest first; an attempt is written before its provider call.
+    /// The latest rental attempts, oldest first (at most the last 20; older ones are counted in
+    /// `attemptTally`); an attempt is written before its provider call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<AttemptRecord>,
+    /// Attempts no longer listed in `attempts`, counted per provider, outcome and failure class
+    /// with the first and last time of each: the history stays bounded however long a Pod waits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempt_tally: Vec<AttemptTally>,
     /// Standard conditions (Ready, Released...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -181,6 +186,39 @@ pub struct AttemptRecord {
     /// The provider's message, for failed attempts (never a credential).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// What was decided after this attempt failed: `retry-same-offer`, `next-offer`,
+    /// `skip-provider`, `wait` or `give-up`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// Who decided: the `BurstPolicy` name, `default` for the built-in fallback, or `node` when
+    /// the node moved on by itself (an offer taken by another renter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// The decision in a sentence, with what followed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+}
+
+/// Attempts folded out of the list, one entry per provider, outcome and failure class.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptTally {
+    /// The provider asked.
+    pub provider: String,
+    /// What came of them.
+    pub outcome: AttemptOutcome,
+    /// The failure class, for failed attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_class: Option<String>,
+    /// How many.
+    pub count: u32,
+    /// RFC 3339 start of the first.
+    pub first_at: String,
+    /// RFC 3339 start of the last.
+    pub last_at: String,
+    /// The message of the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_message: Option<String>,
 }
 
 /// The outcome of an attempt.

@@ -12,8 +12,8 @@ mod binding;
 mod policy;
 
 pub use binding::{
-    AttemptOutcome, AttemptRecord, BindingPhase, CloudPodBinding, CloudPodBindingSpec,
-    CloudPodBindingStatus, PolicyRef, WorkloadSummary,
+    AttemptOutcome, AttemptRecord, AttemptTally, BindingPhase, CloudPodBinding,
+    CloudPodBindingSpec, CloudPodBindingStatus, PolicyRef, WorkloadSummary,
 };
 pub use policy::{
     BurstPolicy, BurstPolicySpec, BurstPolicyStatus, CelRules, ConfigMapKeyRef, FailurePolicy,

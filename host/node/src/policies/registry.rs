@@ -216,6 +216,14 @@ impl PolicyRegistry {
         }
     }
 
+    /// The digest of policy `name` as loaded now, if it is.
+    pub fn digest(&self, name: &str) -> Option<String> {
+        match self.read().get(name) {
+            Some(Entry::Loaded { policy, .. }) => Some(policy.digest.clone()),
+            _ => None,
+        }
+    }
+
     /// The planner and fallback for one Pod under policy `name`: the policy's filter, ranker,
     /// pricing and fallback (each present piece wrapped in the metrics wrappers under the
     /// policy's name) in place of `base`'s and `fallback`, everything else from `base`.

@@ -23,8 +23,10 @@ mod events;
 mod placing;
 mod pod_status;
 mod pods;
+mod rebuild;
 mod recorder;
 mod release;
+mod rented;
 mod runners;
 mod slim;
 
@@ -46,6 +48,7 @@ use crate::policies::PolicyRegistry;
 
 pub use attempts::class_reason;
 pub use pod_status::{Container, DesiredPod};
+pub use rebuild::{Rebuilt, rebuild_budget};
 pub use runners::{RunnerStatus, Runners};
 
 /// The label every binding carries with the name of the node that owns it.
@@ -188,6 +191,7 @@ impl Reconciler {
     /// dropped). `synced` is sent once both caches have listed everything, which is when the
     /// sweeper may start.
     pub async fn run(self: Arc<Self>, synced: Option<tokio::sync::oneshot::Sender<()>>) {
+        self.rebuild().await;
         let node = &self.cfg.node_name;
         let pods: Api<Pod> = Api::all(self.client.clone());
         let bindings: Api<CloudPodBinding> = Api::all(self.client.clone());
@@ -251,6 +255,31 @@ impl Reconciler {
                 }
             });
         tokio::join!(ready, pods, bindings);
+    }
+
+    /// Counts the bindings' instances and rentals in flight into the budget and the ledger
+    /// (see [`rebuild_budget`]), retrying until the API server answers: no controller starts,
+    /// so nothing is rented, before the budget knows what is already spent.
+    async fn rebuild(&self) {
+        let mut delay = Duration::from_millis(200);
+        loop {
+            match rebuild_budget(&self.client, &self.cfg.node_name, &self.renter).await {
+                Ok(r) => {
+                    tracing::info!(
+                        running = r.running,
+                        in_flight = r.in_flight,
+                        usd_per_hour = r.usd_per_hour,
+                        "budget rebuilt from the bindings"
+                    );
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "failed to list the bindings to rebuild the budget; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
     }
 
     /// Publishes an event on `obj`; a failure is logged, never fatal.

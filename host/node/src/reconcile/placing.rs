@@ -3,14 +3,14 @@
 //! the broker with every attempt recorded, and the outcome written to the binding, the Pod and
 //! its events.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use neocloud_broker::{
-    Broker, BrokerError, FallbackPolicy, OfferFilter, Placement, Planner, Renter,
+    Broker, BrokerError, FallbackPolicy, OfferFilter, Placement, Planner, Renter, fill_unreported,
 };
 use neocloud_core::{InstanceState, WorkloadSpec};
 
@@ -19,6 +19,7 @@ use super::pod_status::DesiredPod;
 use super::pods::describe;
 use super::recorder::{BindingRecorder, write_status};
 use super::release::binding_key;
+use super::rented::rented_note;
 use super::{Error, Reconciler, env};
 use crate::crd::{BindingPhase, CloudPodBinding, CloudPodBindingStatus};
 use crate::metrics::RentalOutcome;
@@ -70,6 +71,9 @@ impl Reconciler {
         if let Some(found) = self.find_rented(&b, &status).await? {
             return self.adopt(pod, &b, status, found).await;
         }
+        // No instance lives under the name: a rental counted as in flight when the budget was
+        // rebuilt (see `rebuild`) spends nothing.
+        self.renter.budget.release(&binding_key(&b));
         let (w, planner) = match self.workload(pod) {
             Ok(ok) => ok,
             Err(why) => return self.fail(pod, &b, "Unsupported", why).await,
@@ -134,13 +138,12 @@ impl Reconciler {
             history: &history,
             boot: boot.as_deref(),
         };
-        let recorder = BindingRecorder {
-            r: self,
-            pod,
-            binding: &b,
-            status: Mutex::new(status),
-        };
+        let decider = w.policy.clone().unwrap_or_else(|| "default".to_owned());
+        let recorder = BindingRecorder::new(self, pod, decider, b.clone(), status);
         let result = broker.place(&placement, &recorder).await;
+        // Everything from here starts from the binding as the recorder last wrote it, with every
+        // attempt of this round in it.
+        let b = recorder.binding();
         let status = recorder.status();
         match result {
             Ok((rental, plan)) => {
@@ -151,17 +154,19 @@ impl Reconciler {
                 };
                 self.metrics
                     .record_rental(rental.instance.provider, outcome);
-                let note = format!(
-                    "{} {}{policy}: {}",
-                    if rental.adopted { "adopted" } else { "rented" },
-                    describe(&rental.instance),
-                    plan.explanation
-                );
+                let note = rented_note(&rental, &plan, history.len(), &policy);
                 self.event(pod, false, "Rented", note).await;
                 self.provisioning(pod, &b, status, &rental.instance).await
             }
             Err(BrokerError::NoCandidates { explanation }) => {
                 self.wait(pod, &b, status, "NoOffer", explanation).await
+            }
+            Err(BrokerError::OffersTaken { .. }) => {
+                let message = "every offer planned was taken by other renters; planning again \
+                               with fresh offers"
+                    .to_owned();
+                self.wait(pod, &b, status, "Planning", message).await?;
+                Ok(Action::requeue(self.cfg.release_poll))
             }
             Err(BrokerError::GaveUp {
                 reason, attempts, ..
@@ -176,7 +181,8 @@ impl Reconciler {
                     .and_then(|a| a.failure())
                     .map(class_reason)
                     .unwrap_or_else(|| "GaveUp".to_owned());
-                let message = format!("gave up after {} attempts: {reason}", attempts.len());
+                let made = attempts.len() - history.len();
+                let message = format!("gave up after {made} attempts: {reason}");
                 self.fail(pod, &b, &why, message).await
             }
             Err(BrokerError::Policy(e)) => {
@@ -198,7 +204,7 @@ impl Reconciler {
         b: &CloudPodBinding,
         status: &CloudPodBindingStatus,
     ) -> Result<Option<InstanceState>, Error> {
-        for id in attempted_providers(&status.attempts) {
+        for id in attempted_providers(status) {
             if let Some(provider) = self.renter.catalog.provider(id)
                 && let Some(found) = provider.find_by_name(&b.spec.external_name).await?
                 && !found.phase.is_terminal()
@@ -215,9 +221,18 @@ impl Reconciler {
         pod: &Pod,
         b: &CloudPodBinding,
         status: CloudPodBindingStatus,
-        found: InstanceState,
+        mut found: InstanceState,
     ) -> Result<Action, Error> {
         let key = binding_key(b);
+        let provider = found.provider.as_str();
+        if let Some(last) = status
+            .attempts
+            .iter()
+            .rev()
+            .find(|a| a.provider == provider)
+        {
+            fill_unreported(&mut found, last.price_per_hour, None);
+        }
         self.renter
             .budget
             .record_existing(&key, found.price_per_hour);

@@ -15,7 +15,7 @@ use neocloud_core::{
     FailureClass, InstancePhase, InstanceState, ProviderId, WorkloadSpec, translate_pod,
 };
 
-use super::attempts::rfc3339;
+use super::attempts::{count_failed, rfc3339};
 use super::pod_status::{Container, DesiredPod, apply_body, is_current};
 use super::recorder::write_status;
 use super::release::{Ending, Release, binding_key};
@@ -146,7 +146,7 @@ impl Reconciler {
                 workload: summary(&w),
                 policy: w.policy.as_ref().map(|name| PolicyRef {
                     name: name.clone(),
-                    digest: None,
+                    digest: self.policies.as_ref().and_then(|r| r.digest(name)),
                 }),
             },
         );
@@ -268,13 +268,20 @@ impl Reconciler {
                     }
                     _ => {}
                 }
-                if status.phase != BindingPhase::Running {
+                let repriced = self.reprice(&b, &status, i);
+                if status.phase != BindingPhase::Running || repriced {
+                    if repriced {
+                        status.price_per_hour = Some(i.price_per_hour);
+                    }
                     status.phase = BindingPhase::Running;
                     status.reason = Some("Running".into());
                     status.message = Some(format!("{} is running", describe(i)));
+                    let started = b.status.as_ref().map(|s| s.phase) != Some(BindingPhase::Running);
                     write_status(&self.client, &b, &status).await?;
-                    let note = format!("{} is running; endpoints {:?}", describe(i), i.endpoints);
-                    self.event(pod, false, "Started", note).await;
+                    if started {
+                        let note = format!("{} is running; ports: {}", describe(i), endpoints(i));
+                        self.event(pod, false, "Started", note).await;
+                    }
                 }
                 self.set_pod(pod, &DesiredPod::running()).await?;
                 return Ok(Action::requeue(self.cfg.running_poll_interval));
@@ -315,6 +322,25 @@ impl Reconciler {
         }
         self.event(pod, true, reason, message.clone()).await;
         self.fail(pod, &b, reason, message).await
+    }
+
+    /// Whether the provider now reports a price for the running instance other than the one
+    /// recorded (a rental recorded at the offer's price because the provider said 0 while it
+    /// provisioned): if so the budget and the cost ledger take the reported price from now on.
+    fn reprice(
+        &self,
+        b: &CloudPodBinding,
+        status: &CloudPodBindingStatus,
+        i: &InstanceState,
+    ) -> bool {
+        let reported = i.price_per_hour;
+        if !(reported.is_finite() && reported > 0.0) || status.price_per_hour == Some(reported) {
+            return false;
+        }
+        let key = binding_key(b);
+        self.renter.budget.record_existing(&key, reported);
+        self.renter.ledger.start(&key, reported, Utc::now());
+        true
     }
 
     /// The runner reports the container ended with `code`: under the Pod's restartPolicy it
@@ -511,13 +537,22 @@ impl Reconciler {
     }
 }
 
-/// How many instances of the binding were replaced after they stopped or were lost.
+/// How many instances of the binding were replaced after they stopped or were lost (listed
+/// attempts and tallied ones).
 fn replacements(status: &CloudPodBindingStatus) -> usize {
-    status
-        .attempts
+    count_failed(status, &["preempted", "lost"])
+}
+
+/// `8888 at 1.2.3.4:31000, 22 at 1.2.3.4:31001`, or `none yet`.
+fn endpoints(i: &InstanceState) -> String {
+    if i.endpoints.is_empty() {
+        return "none yet".to_owned();
+    }
+    i.endpoints
         .iter()
-        .filter(|a| matches!(a.failure_class.as_deref(), Some("preempted" | "lost")))
-        .count()
+        .map(|e| format!("{} at {}:{}", e.container_port, e.host, e.port))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A 404 (already gone) or 409 (another object now has the name) is success for a delete.

@@ -78,7 +78,7 @@ impl Reconciler {
     pub(super) async fn delete_instances(&self, b: &CloudPodBinding) -> Result<Vec<String>, Error> {
         let status = b.status.clone().unwrap_or_default();
         let name = &b.spec.external_name;
-        let mut providers = attempted_providers(&status.attempts);
+        let mut providers = attempted_providers(&status);
         let known = status
             .provider
             .as_deref()

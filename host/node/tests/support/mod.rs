@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod world;
+
 use std::sync::Arc;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
