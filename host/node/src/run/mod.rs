@@ -1,9 +1,10 @@
-//! `neocloud-node run`: the node as a process. It serves metrics and health at once, waits to
-//! be the leader (one active replica per node name, through a Lease), then registers the Node
+//! `neocloud-node run`: the node as a process. It serves metrics and health at once, learns its
+//! cluster id, waits to be the leader (one active replica per node name, through a Lease), then registers the Node
 //! and keeps it alive, runs the reconciler, and starts the sweeper once the reconciler's caches
 //! are synced. Losing leadership ends the process, so a restarted replica starts clean.
 
 mod capacity;
+mod cluster;
 mod config;
 mod kubelet_api;
 mod vm;
@@ -25,6 +26,7 @@ use neocloud_providers::{LambdaProvider, Provider, RunpodProvider, VastConfig, V
 use tokio::sync::{oneshot, watch};
 
 pub use capacity::gpus_within_budget;
+pub use cluster::IDENTITY_NAMESPACE;
 pub use config::{LeaderElection, ReconcilerSettings, RunConfig};
 pub use kubelet_api::KubeletApiSettings;
 pub use vm::RunnerSettings;
@@ -73,6 +75,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         })?;
     tracing::info!(address = %cfg.metrics_address, "serving /metrics, /healthz and /readyz");
     let server = tokio::spawn(metrics::serve(listener, Arc::clone(&metrics), ready_rx));
+    let cluster = cluster::resolve(&client, cfg.cluster()?).await?;
     if cfg.install_crds {
         crate::crd::install(
             &client,
@@ -83,7 +86,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         .context("failed to install the CRDs")?;
     }
     let mut leadership = lead(&client, &cfg).await?;
-    tracing::info!(node = %cfg.node.name, providers = ?ids, "leading; starting the node");
+    tracing::info!(node = %cfg.node.name, %cluster, providers = ?ids, "leading; starting the node");
 
     let mut node_cfg = cfg.node.clone();
     node_cfg.providers = ids.iter().map(|p| p.as_str().to_owned()).collect();
@@ -116,7 +119,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         Duration::from_secs(cfg.health_interval_seconds),
         health_tx,
     ));
-    let mut rc = ReconcilerConfig::new(&node_cfg.name, cfg.cluster());
+    let mut rc = ReconcilerConfig::new(&node_cfg.name, cluster.clone());
     rc.host_ip = node_cfg.address.clone();
     rc.concurrency = cfg.reconciler.concurrency;
     rc.poll_interval = cfg.poll_interval();
@@ -174,13 +177,8 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     } else {
         None
     };
-    let sweeper = Sweeper::new(
-        client.clone(),
-        providers,
-        cfg.cluster(),
-        cfg.sweeper.clone(),
-    )
-    .with_metrics(Arc::clone(&metrics));
+    let sweeper = Sweeper::new(client.clone(), providers, cluster, cfg.sweeper.clone())
+        .with_metrics(Arc::clone(&metrics));
     let ready = ready_tx.clone();
     let sweep = tokio::spawn(sweeper.run(async move {
         if synced_rx.await.is_ok() {
