@@ -3,14 +3,26 @@
 //!
 //! The cluster id may not contain `-`, so one cluster's prefix is never a prefix of another
 //! cluster's names: two clusters sharing one cloud account never sweep each other's instances.
+//! When the configuration sets none, the id is derived from the UID of the cluster's
+//! `kube-system` namespace ([`ClusterId::derived_from_uid`]), so two default installs differ.
+//!
+//! Not here: reading that UID from the API server (`run`).
 
 use std::fmt;
+
+use sha2::{Digest, Sha256};
 
 /// What every external name starts with.
 pub const NAME_PREFIX: &str = "ncn-";
 
 /// The longest cluster id (names stay under the providers' 64-character limits).
 pub const MAX_CLUSTER_ID_LEN: usize = 16;
+
+/// The length of a derived cluster id: 12 base32 characters, 60 bits of a SHA-256.
+pub const DERIVED_CLUSTER_ID_LEN: usize = 12;
+
+/// RFC 4648 base32, lower-case: letters and the digits 2-7, all valid in a cluster id.
+const BASE32: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
 
 /// A validated cluster identity: 1 to 16 characters of `[a-z0-9]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -50,6 +62,24 @@ impl ClusterId {
             ));
         }
         Ok(ClusterId(value.to_owned()))
+    }
+
+    /// The id of the cluster whose `kube-system` namespace has UID `uid`: the first 12
+    /// characters of the lower-case RFC 4648 base32 of SHA-256 of the UID (60 bits), as
+    /// `printf %s UID | sha256sum | xxd -r -p | base32 | tr A-Z a-z | cut -c1-12` prints. The same
+    /// UID always gives the same id; the namespace lives as long as the cluster, so the id does.
+    ///
+    /// Two clusters get the same id with probability 2^-60 per pair: with 1,000 clusters
+    /// sharing one cloud account, about 4e-13 that any two collide.
+    pub fn derived_from_uid(uid: &str) -> ClusterId {
+        let digest = Sha256::digest(uid.as_bytes());
+        let mut bits = [0u8; 8];
+        bits.copy_from_slice(&digest[..8]);
+        let bits = u64::from_be_bytes(bits);
+        let id = (0..DERIVED_CLUSTER_ID_LEN)
+            .map(|i| char::from(BASE32[((bits >> (59 - 5 * i)) & 31) as usize]))
+            .collect();
+        ClusterId(id)
     }
 
     /// The id.
@@ -93,6 +123,31 @@ mod tests {
         let ab = ClusterId::new("ab").unwrap();
         assert!(!ab.external_name("uid").starts_with(&a.prefix()));
         assert!(!a.external_name("uid").starts_with(&ab.prefix()));
+    }
+
+    #[test]
+    fn a_derived_id_is_stable_valid_and_differs_between_uids() {
+        let uid = "6f1d2c3b-0b5c-4c55-9a47-2a8e4a5e6f1d";
+        let id = ClusterId::derived_from_uid(uid);
+        assert_eq!(id, ClusterId::derived_from_uid(uid));
+        assert_eq!(id.as_str().len(), DERIVED_CLUSTER_ID_LEN);
+        assert_eq!(ClusterId::new(id.as_str()), Ok(id.clone()));
+        assert!(id.external_name(uid).len() <= 64);
+        let mut seen = std::collections::HashSet::new();
+        for n in 0..10_000 {
+            let other = ClusterId::derived_from_uid(&format!("6f1d2c3b-0b5c-4c55-9a47-{n:012}"));
+            assert!(ClusterId::new(other.as_str()).is_ok(), "{other}");
+            assert!(seen.insert(other), "two uids gave one id");
+        }
+        assert!(!seen.contains(&id));
+    }
+
+    #[test]
+    fn a_derived_id_is_pinned_for_a_known_uid() {
+        // Changing the derivation renames every instance of every default install, whose
+        // sweepers would then no longer see them: this value must never change.
+        let id = ClusterId::derived_from_uid("6f1d2c3b-0b5c-4c55-9a47-2a8e4a5e6f1d");
+        assert_eq!(id.as_str(), "f234npyxhscc");
     }
 
     #[test]

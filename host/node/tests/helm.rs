@@ -205,6 +205,11 @@ async fn the_chart_defaults_render_what_config_default_installs() {
     );
     let config = |o: &[Value]| serde_yaml::from_str::<Value>(node_config(o)).unwrap();
     assert_eq!(config(k), config(c), "the node's configuration differs");
+    let cfg = RunConfig::from_yaml(node_config(c)).unwrap();
+    assert_eq!(
+        cfg.cluster_id, None,
+        "the default install derives its clusterId"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -322,7 +327,7 @@ fn the_chart_values_reach_the_node_as_fields_it_accepts() {
     ]));
     assert!(objects.iter().all(|o| o["kind"] != "Namespace"));
     let cfg = RunConfig::from_yaml(node_config(&objects)).unwrap();
-    assert_eq!(cfg.cluster_id, "prod7");
+    assert_eq!(cfg.cluster_id.as_deref(), Some("prod7"));
     assert_eq!(cfg.node.name, "gpu-burst");
     assert_eq!(cfg.budget_usd_per_hour, Some(25.5));
     assert_eq!(cfg.sweeper.interval, Duration::from_secs(120));

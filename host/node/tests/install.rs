@@ -201,6 +201,7 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
         &["create", "cloudpodbindings.cloud.aibrix.ai", "-A"],
         &["create", "tokenreviews.authentication.k8s.io"],
         &["create", "subjectaccessreviews.authorization.k8s.io"],
+        &["get", "namespaces/kube-system"],
         &[
             "patch",
             "burstpolicies.cloud.aibrix.ai",
@@ -223,6 +224,9 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
         &["create", "deployments.apps", "-A"],
         &["create", "serviceaccounts/token", "-A"],
         &["get", "nodes", "--subresource=proxy"],
+        &["get", "namespaces/default"],
+        &["list", "namespaces"],
+        &["update", "namespaces/kube-system"],
     ];
     for args in refused {
         assert!(

@@ -9,18 +9,15 @@ use std::time::Duration;
 
 use kube::api::{Api, PostParams};
 use neocloud_cloudsim::{CloudSim, FaultKind, FaultRule};
-use neocloud_core::{
-    CapacityType, GpuRequest, InstanceState, OfferQuery, ProviderHints, WorkloadSpec,
-};
 use neocloud_node::crd::{self, CloudPodBinding};
 use neocloud_node::naming::ClusterId;
 use neocloud_node::sweeper::{SweepReport, Sweeper, SweeperConfig};
-use neocloud_providers::{CreateRequest, HttpConfig, Operation, Provider};
+use neocloud_providers::{HttpConfig, Operation, Provider};
 use neocloud_testenv::TestContext;
 use serde_json::json;
 
 mod support;
-use support::{fast_sims, sim_providers};
+use support::{fast_sims, rent, sim_providers};
 
 const CLUSTER: &str = "sweeptest";
 const HOUR: Duration = Duration::from_secs(3600);
@@ -99,53 +96,6 @@ impl Rig {
             .await
             .unwrap();
     }
-}
-
-fn workload() -> WorkloadSpec {
-    WorkloadSpec {
-        image: "busybox:1.36".into(),
-        command: vec!["sleep".into()],
-        args: vec!["3600".into()],
-        env: vec![],
-        env_from: vec![],
-        ports: vec![],
-        gpu: GpuRequest {
-            count: 1,
-            accepted: vec![],
-        },
-        disk_gib: None,
-        capacity_type: CapacityType::OnDemand,
-        regions: vec![],
-        providers: vec![],
-        max_price_per_hour: None,
-        constraint: None,
-        rank: None,
-        policy: None,
-        hints: ProviderHints::default(),
-    }
-}
-
-/// Rents the cheapest single-GPU on-demand offer under `name`, straight at the provider.
-async fn rent(provider: &Arc<dyn Provider>, name: &str) -> InstanceState {
-    let query = OfferQuery {
-        gpu_models: vec![],
-        gpu_count: 1,
-        capacity: Some(CapacityType::OnDemand),
-    };
-    let offers = provider.list_offers(&query).await.unwrap();
-    let offer = offers
-        .into_iter()
-        .min_by(|a, b| a.rent_price_per_hour().total_cmp(&b.rent_price_per_hour()))
-        .expect("the simulator has a single-GPU on-demand offer");
-    let request = CreateRequest {
-        external_name: name.to_owned(),
-        offer,
-        workload: workload(),
-        env: vec![],
-        bid_per_hour: None,
-        boot: None,
-    };
-    provider.create(&request).await.unwrap()
 }
 
 fn no_grace() -> SweeperConfig {

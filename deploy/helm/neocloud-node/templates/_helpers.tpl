@@ -22,9 +22,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/* The node's configuration file (neocloud-node run --config), from the values. Providers are
-left to GPU_BURST_PROVIDER, as in config/manager/node.yaml. */}}
+left to GPU_BURST_PROVIDER, as in config/manager/node.yaml; an empty clusterId is left out, so
+the node derives it. */}}
 {{- define "neocloud-node.config" -}}
-{{- $c := dict "clusterId" .Values.clusterId "node" (dict "name" .Values.nodeName) "metricsAddress" "0.0.0.0:8080" -}}
+{{- $c := dict "node" (dict "name" .Values.nodeName) "metricsAddress" "0.0.0.0:8080" -}}
+{{- with .Values.clusterId -}}
+{{- $_ := set $c "clusterId" (toString .) -}}
+{{- end -}}
 {{- if not (kindIs "invalid" .Values.budgetUsdPerHour) -}}
 {{- /* float64: `--set budgetUsdPerHour=25.5` arrives as a string. */ -}}
 {{- $_ := set $c "budgetUsdPerHour" (float64 .Values.budgetUsdPerHour) -}}

@@ -17,8 +17,10 @@ use crate::vnode::NodeConfig;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RunConfig {
-    /// This cluster's identity in every external name: 1-16 of `[a-z0-9]`.
-    pub cluster_id: String,
+    /// This cluster's identity in every external name: 1-16 of `[a-z0-9]`. Unset: derived from
+    /// the UID of the `kube-system` namespace at start ([`ClusterId::derived_from_uid`]).
+    #[serde(default)]
+    pub cluster_id: Option<String>,
     /// The Node: name, taint, limits.
     pub node: NodeConfig,
     /// Enabled providers. Empty: `GPU_BURST_PROVIDER` (comma-separated), else `fake`.
@@ -159,7 +161,9 @@ impl RunConfig {
     }
 
     fn check(&self) -> anyhow::Result<()> {
-        ClusterId::new(&self.cluster_id)?;
+        if let Some(id) = &self.cluster_id {
+            ClusterId::new(id)?;
+        }
         if let Some(b) = self.budget_usd_per_hour
             && !(b.is_finite() && b > 0.0)
         {
@@ -194,10 +198,9 @@ impl RunConfig {
         Ok(())
     }
 
-    /// The validated cluster id.
-    pub fn cluster(&self) -> ClusterId {
-        // Checked when the file was read.
-        ClusterId::new(&self.cluster_id).unwrap_or_else(|_| unreachable_cluster())
+    /// The configured cluster id, validated; `None` when it is to be derived.
+    pub fn cluster(&self) -> anyhow::Result<Option<ClusterId>> {
+        Ok(self.cluster_id.as_deref().map(ClusterId::new).transpose()?)
     }
 
     /// The enabled providers: the file's, else `GPU_BURST_PROVIDER`, else `fake`.
@@ -233,11 +236,6 @@ impl RunConfig {
     }
 }
 
-fn unreachable_cluster() -> ClusterId {
-    // `check` refused every invalid id; "invalid" is a valid id that can never be reached.
-    ClusterId::new("invalid").unwrap_or_else(|_| unreachable_cluster())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,7 +245,7 @@ mod tests {
     #[test]
     fn a_minimal_file_gets_every_default() {
         let c = RunConfig::from_yaml(MINIMAL).unwrap();
-        assert_eq!(c.cluster().prefix(), "ncn-prod1-");
+        assert_eq!(c.cluster().unwrap().unwrap().prefix(), "ncn-prod1-");
         assert!(c.leader_election.enabled);
         assert_eq!(c.metrics_address, "0.0.0.0:8080");
         assert_eq!(c.sweeper.interval, Duration::from_secs(300));
@@ -262,10 +260,17 @@ mod tests {
     fn the_example_config_parses() {
         let c = RunConfig::from_yaml(include_str!("../../../../examples/node.yaml")).unwrap();
         assert_eq!(
-            (c.cluster_id.as_str(), c.node.name.as_str()),
-            ("dev1", "neocloud-node")
+            (c.cluster_id.as_deref(), c.node.name.as_str()),
+            (Some("dev1"), "neocloud-node")
         );
         assert_eq!(c.providers, vec![ProviderId::Fake]);
+    }
+
+    #[test]
+    fn an_unset_cluster_id_is_left_to_be_derived() {
+        let c = RunConfig::from_yaml("node: {name: neocloud-node}\n").unwrap();
+        assert_eq!(c.cluster_id, None);
+        assert_eq!(c.cluster().unwrap(), None);
     }
 
     #[test]

@@ -1,33 +1,44 @@
-//! `neocloud-node run`: the node as a process. It serves metrics and health at once, waits to
-//! be the leader (one active replica per node name, through a Lease), then registers the Node
-//! and keeps it alive, runs the reconciler, and starts the sweeper once the reconciler's caches
-//! are synced. Losing leadership ends the process, so a restarted replica starts clean.
+//! `neocloud-node run`: the node as a process. It serves metrics and health at once, learns its
+//! cluster id, waits to be the leader (one active replica per node name, through a Lease), then
+//! registers the Node and keeps it alive, runs the reconciler, and starts the sweeper once the
+//! reconciler's caches are synced. Losing leadership ends the process, so a restarted replica
+//! starts clean; so does any long-running task that ends or panics (`supervise`), after handing
+//! the Lease back for a standby.
 
+mod background;
 mod capacity;
+mod cluster;
 mod config;
 mod kubelet_api;
+mod leadership;
+mod supervise;
 mod vm;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::Utc;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use neocloud_broker::{
     BudgetGuard, Catalog, CatalogConfig, CostLedger, DefaultFallback, LadderLimits, Planner, Renter,
 };
-use neocloud_core::{CapacityType, InstancePhase, OfferQuery, ProviderId};
+use neocloud_core::ProviderId;
 use neocloud_policy::cel::{CelEngine, CelLimits};
 use neocloud_policy::wasm::{EngineConfig, WasmEngine};
 use neocloud_providers::{LambdaProvider, Provider, RunpodProvider, VastConfig, VastProvider};
 use tokio::sync::{oneshot, watch};
 
 pub use capacity::gpus_within_budget;
+pub use cluster::IDENTITY_NAMESPACE;
 pub use config::{LeaderElection, ReconcilerSettings, RunConfig};
 pub use kubelet_api::KubeletApiSettings;
+pub use supervise::{FAULT_VAR, TaskEnded};
 pub use vm::RunnerSettings;
+
+use background::{check_health, gauges};
+use leadership::Leadership;
+use supervise::Supervisor;
 
 use crate::metrics::{self, Metrics};
 use crate::policies::PolicyRegistry;
@@ -51,7 +62,7 @@ pub fn providers_from_env(ids: &[ProviderId]) -> anyhow::Result<Vec<Arc<dyn Prov
         .collect()
 }
 
-/// Runs the node until it fails or loses leadership.
+/// Runs the node until it fails, one of its tasks ends, or it loses leadership.
 pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     let kube_config = kube::Config::infer()
         .await
@@ -63,6 +74,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let providers = metrics::instrument(providers_from_env(&ids)?, &metrics);
     let (ready_tx, ready_rx) = watch::channel(false);
+    let mut tasks = Supervisor::new(ready_tx.clone())?;
     let listener = tokio::net::TcpListener::bind(&cfg.metrics_address)
         .await
         .with_context(|| {
@@ -72,7 +84,11 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
             )
         })?;
     tracing::info!(address = %cfg.metrics_address, "serving /metrics, /healthz and /readyz");
-    let server = tokio::spawn(metrics::serve(listener, Arc::clone(&metrics), ready_rx));
+    tasks.spawn(
+        "metrics",
+        metrics::serve(listener, Arc::clone(&metrics), ready_rx),
+    );
+    let cluster = cluster::resolve(&client, cfg.cluster()?).await?;
     if cfg.install_crds {
         crate::crd::install(
             &client,
@@ -82,8 +98,11 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         .await
         .context("failed to install the CRDs")?;
     }
-    let mut leadership = lead(&client, &cfg).await?;
-    tracing::info!(node = %cfg.node.name, providers = ?ids, "leading; starting the node");
+    let mut leadership = tokio::select! {
+        led = Leadership::acquire(&client, &cfg) => led?,
+        ended = tasks.ended() => return Err(ended.into()),
+    };
+    tracing::info!(node = %cfg.node.name, %cluster, providers = ?ids, "leading; starting the node");
 
     let mut node_cfg = cfg.node.clone();
     node_cfg.providers = ids.iter().map(|p| p.as_str().to_owned()).collect();
@@ -98,7 +117,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         .register()
         .await
         .with_context(|| format!("failed to register node {}", node_cfg.name))?;
-    let beats = tokio::spawn(heartbeat.run());
+    tasks.spawn("heartbeat", heartbeat.run());
 
     let renter = Renter {
         catalog: Catalog::new(providers.clone(), CatalogConfig::default()),
@@ -111,12 +130,15 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         budget: BudgetGuard::new(cfg.budget_usd_per_hour),
         ledger: Arc::new(CostLedger::new()),
     };
-    let health = tokio::spawn(check_health(
-        renter.clone(),
-        Duration::from_secs(cfg.health_interval_seconds),
-        health_tx,
-    ));
-    let mut rc = ReconcilerConfig::new(&node_cfg.name, cfg.cluster());
+    tasks.spawn(
+        "health",
+        check_health(
+            renter.clone(),
+            Duration::from_secs(cfg.health_interval_seconds),
+            health_tx,
+        ),
+    );
+    let mut rc = ReconcilerConfig::new(&node_cfg.name, cluster.clone());
     rc.host_ip = node_cfg.address.clone();
     rc.concurrency = cfg.reconciler.concurrency;
     rc.poll_interval = cfg.poll_interval();
@@ -146,7 +168,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("failed to start the Wasm policy engine: {e}"))?;
     let registry =
         PolicyRegistry::new(client.clone(), Arc::clone(&cel), wasm, Arc::clone(&metrics));
-    let policies = tokio::spawn(Arc::clone(&registry).run());
+    tasks.spawn("policies", Arc::clone(&registry).run());
     let reconciler = Reconciler::new(
         client.clone(),
         rc,
@@ -157,7 +179,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         Some(registry),
     );
     let (synced_tx, synced_rx) = oneshot::channel();
-    let reconcile = tokio::spawn(Arc::clone(&reconciler).run(Some(synced_tx)));
+    tasks.spawn("reconciler", Arc::clone(&reconciler).run(Some(synced_tx)));
     // Kept alive for the node's lifetime, like the callback server.
     let _kubelet = if cfg.kubelet_api.enabled {
         Some(
@@ -174,166 +196,30 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     } else {
         None
     };
-    let sweeper = Sweeper::new(
-        client.clone(),
-        providers,
-        cfg.cluster(),
-        cfg.sweeper.clone(),
-    )
-    .with_metrics(Arc::clone(&metrics));
+    let sweeper = Sweeper::new(client.clone(), providers, cluster, cfg.sweeper.clone())
+        .with_metrics(Arc::clone(&metrics));
     let ready = ready_tx.clone();
-    let sweep = tokio::spawn(sweeper.run(async move {
-        if synced_rx.await.is_ok() {
-            let _ = ready.send(true);
-        }
-    }));
-    let gauges = tokio::spawn(gauges(reconciler, renter, metrics));
+    tasks.spawn(
+        "sweeper",
+        sweeper.run(async move {
+            if synced_rx.await.is_ok() {
+                let _ = ready.send(true);
+            }
+        }),
+    );
+    tasks.spawn("gauges", gauges(reconciler, renter, metrics));
 
     let outcome = tokio::select! {
-        _ = leadership.changed() => {
-            Err(anyhow::anyhow!("lost leadership of node {}; exiting so a replica can take over", node_cfg.name))
+        () = leadership.lost() => {
+            return Err(anyhow::anyhow!("lost leadership of node {}; exiting so a replica can take over", node_cfg.name));
         }
-        r = server => Err(anyhow::anyhow!("the metrics server stopped: {r:?}")),
+        ended = tasks.ended() => Err(ended.into()),
         _ = tokio::signal::ctrl_c() => {
             tracing::info!("interrupted; stopping");
             Ok(())
         }
     };
-    for task in [reconcile, sweep, gauges, beats, health, policies] {
-        task.abort();
-    }
+    tasks.stop().await;
+    leadership.release().await;
     outcome
-}
-
-/// Waits until this replica holds the node's Lease; the receiver changes when it no longer
-/// does. With leader election off, returns a receiver that never changes.
-async fn lead(client: &Client, cfg: &RunConfig) -> anyhow::Result<watch::Receiver<bool>> {
-    let le = &cfg.leader_election;
-    if !le.enabled {
-        let (tx, rx) = watch::channel(true);
-        std::mem::forget(tx);
-        return Ok(rx);
-    }
-    let namespace = le
-        .namespace
-        .clone()
-        .or_else(|| std::env::var("POD_NAMESPACE").ok())
-        .unwrap_or_else(|| "default".to_owned());
-    let name = le
-        .lease_name
-        .clone()
-        .unwrap_or_else(|| format!("neocloud-node-{}", cfg.node.name));
-    let identity = std::env::var("POD_NAME")
-        .ok()
-        .unwrap_or_else(|| format!("{}-{}", cfg.node.name, std::process::id()));
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &name)
-        .with_namespace(&namespace)
-        .with_identity(&identity)
-        .with_duration(le.lease_duration_seconds)
-        .with_grace(le.renew_grace_seconds)
-        .build()
-        .await
-        .with_context(|| format!("leaderElection: failed to use Lease {namespace}/{name}"))?;
-    let (mut rx, _task) = manager.watch().await;
-    tracing::info!(lease = %format!("{namespace}/{name}"), %identity, "waiting to lead");
-    while !*rx.borrow_and_update() {
-        rx.changed()
-            .await
-            .context("leader election stopped before this replica led")?;
-    }
-    Ok(rx)
-}
-
-/// Checks every provider's health and what GPUs the catalog and the budget allow, and publishes
-/// the node's health (the Node status applies its ceiling on top).
-async fn check_health(renter: Renter, every: Duration, tx: watch::Sender<Health>) {
-    let any_gpu = OfferQuery {
-        gpu_models: Vec::new(),
-        gpu_count: 1,
-        capacity: Some(CapacityType::Any),
-    };
-    loop {
-        let ids = renter.catalog.provider_ids();
-        let mut failures = Vec::new();
-        for id in &ids {
-            if let Some(p) = renter.catalog.provider(*id)
-                && let Err(e) = p.health().await
-            {
-                failures.push(e.to_string());
-            }
-        }
-        let healthy = failures.len() < ids.len();
-        let view = renter.catalog.offers(&any_gpu, &[]).await;
-        let budget = &renter.budget;
-        let remaining = budget
-            .cap_usd_per_hour()
-            .map(|cap| cap - budget.running_usd_per_hour() - budget.in_flight_usd_per_hour());
-        let gpus = if healthy {
-            gpus_within_budget(&view.offers, remaining)
-        } else {
-            0
-        };
-        let message = if failures.is_empty() {
-            "every provider answers".to_owned()
-        } else {
-            failures.join("; ")
-        };
-        tx.send_if_modified(|h| {
-            let changed = h.healthy != healthy || h.message != message || h.gpus != gpus;
-            if changed {
-                let since = if h.healthy == healthy {
-                    h.since
-                } else {
-                    Timestamp::now()
-                };
-                *h = Health {
-                    healthy,
-                    message: message.clone(),
-                    gpus,
-                    since,
-                };
-            }
-            changed
-        });
-        tokio::time::sleep(every).await;
-    }
-}
-
-/// Refreshes the gauges every 5 s: cost, instances by provider and phase (from bindings), Pods
-/// by phase. They are read from the reconciler's caches: listing the node's Pods and bindings
-/// instead costs megabytes per refresh at 1,000 Pods.
-async fn gauges(reconciler: Arc<Reconciler>, renter: Renter, metrics: Arc<Metrics>) {
-    loop {
-        let costs = neocloud_broker::Broker {
-            planner: Planner::default(),
-            renter: renter.clone(),
-        }
-        .costs(Utc::now());
-        metrics.set_cost(&costs);
-        if let Some(caches) = reconciler.caches() {
-            metrics.set_instances(caches.bindings.state().iter().filter_map(|b| {
-                let s = b.status.as_ref()?;
-                let provider = s.provider.as_deref()?.parse::<ProviderId>().ok()?;
-                s.instance_id.as_ref()?;
-                let phase = match s.phase {
-                    crate::crd::BindingPhase::Running => InstancePhase::Running,
-                    crate::crd::BindingPhase::Provisioning => InstancePhase::Starting,
-                    crate::crd::BindingPhase::Releasing => InstancePhase::Terminating,
-                    crate::crd::BindingPhase::Pending | crate::crd::BindingPhase::Planning => {
-                        InstancePhase::Pending
-                    }
-                    _ => return None,
-                };
-                Some((provider, phase))
-            }));
-            metrics.set_pods(
-                caches
-                    .pods
-                    .state()
-                    .iter()
-                    .filter_map(|p| p.status.as_ref()?.phase.clone()),
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(5)).await;
-    }
 }

@@ -1,5 +1,5 @@
-//! What the node's integration tests share: the three cloud simulators with fast timings, and
-//! the real provider adapters pointed at them.
+//! What the node's integration tests share: the three cloud simulators with fast timings, the
+//! real provider adapters pointed at them, and renting straight at a provider.
 
 #![allow(dead_code)] // each test binary uses a different part
 
@@ -11,9 +11,12 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use neocloud_cloudsim::{CloudSim, CloudSimConfig, SimConfig};
+use neocloud_core::{
+    CapacityType, GpuRequest, InstanceState, OfferQuery, ProviderHints, WorkloadSpec,
+};
 use neocloud_providers::{
-    ApiKey, HttpConfig, LambdaConfig, LambdaProvider, RunpodConfig, RunpodProvider, VastConfig,
-    VastProvider,
+    ApiKey, CreateRequest, HttpConfig, LambdaConfig, LambdaProvider, Provider, RunpodConfig,
+    RunpodProvider, VastConfig, VastProvider,
 };
 use neocloud_testenv::TestContext;
 use serde_json::json;
@@ -102,4 +105,52 @@ pub async fn bind(ctx: &TestContext, name: &str, role: &str, kind: &str, subject
         .patch(name, &pp, &Patch::Apply(&binding))
         .await
         .unwrap();
+}
+
+/// A one-GPU on-demand workload that sleeps for an hour.
+pub fn workload() -> WorkloadSpec {
+    WorkloadSpec {
+        image: "busybox:1.36".into(),
+        command: vec!["sleep".into()],
+        args: vec!["3600".into()],
+        env: vec![],
+        env_from: vec![],
+        ports: vec![],
+        gpu: GpuRequest {
+            count: 1,
+            accepted: vec![],
+        },
+        disk_gib: None,
+        capacity_type: CapacityType::OnDemand,
+        regions: vec![],
+        providers: vec![],
+        max_price_per_hour: None,
+        constraint: None,
+        rank: None,
+        policy: None,
+        hints: ProviderHints::default(),
+    }
+}
+
+/// Rents the cheapest single-GPU on-demand offer under `name`, straight at the provider.
+pub async fn rent(provider: &Arc<dyn Provider>, name: &str) -> InstanceState {
+    let query = OfferQuery {
+        gpu_models: vec![],
+        gpu_count: 1,
+        capacity: Some(CapacityType::OnDemand),
+    };
+    let offers = provider.list_offers(&query).await.unwrap();
+    let offer = offers
+        .into_iter()
+        .min_by(|a, b| a.rent_price_per_hour().total_cmp(&b.rent_price_per_hour()))
+        .expect("the simulator has a single-GPU on-demand offer");
+    let request = CreateRequest {
+        external_name: name.to_owned(),
+        offer,
+        workload: workload(),
+        env: vec![],
+        bid_per_hour: None,
+        boot: None,
+    };
+    provider.create(&request).await.unwrap()
 }

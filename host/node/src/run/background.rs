@@ -1,0 +1,112 @@
+//! The node's small background loops: provider health for the Node status, and the gauges.
+//! Each runs until the node stops, supervised by `run`.
+//!
+//! Not here: the reconciler, the sweeper and the heartbeat, which have modules of their own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use k8s_openapi::jiff::Timestamp;
+use neocloud_broker::{Planner, Renter};
+use neocloud_core::{CapacityType, InstancePhase, OfferQuery, ProviderId};
+use tokio::sync::watch;
+
+use super::gpus_within_budget;
+use crate::metrics::Metrics;
+use crate::reconcile::Reconciler;
+use crate::vnode::Health;
+
+/// Checks every provider's health and what GPUs the catalog and the budget allow, and publishes
+/// the node's health (the Node status applies its ceiling on top).
+pub async fn check_health(renter: Renter, every: Duration, tx: watch::Sender<Health>) {
+    let any_gpu = OfferQuery {
+        gpu_models: Vec::new(),
+        gpu_count: 1,
+        capacity: Some(CapacityType::Any),
+    };
+    loop {
+        let ids = renter.catalog.provider_ids();
+        let mut failures = Vec::new();
+        for id in &ids {
+            if let Some(p) = renter.catalog.provider(*id)
+                && let Err(e) = p.health().await
+            {
+                failures.push(e.to_string());
+            }
+        }
+        let healthy = failures.len() < ids.len();
+        let view = renter.catalog.offers(&any_gpu, &[]).await;
+        let budget = &renter.budget;
+        let remaining = budget
+            .cap_usd_per_hour()
+            .map(|cap| cap - budget.running_usd_per_hour() - budget.in_flight_usd_per_hour());
+        let gpus = if healthy {
+            gpus_within_budget(&view.offers, remaining)
+        } else {
+            0
+        };
+        let message = if failures.is_empty() {
+            "every provider answers".to_owned()
+        } else {
+            failures.join("; ")
+        };
+        tx.send_if_modified(|h| {
+            let changed = h.healthy != healthy || h.message != message || h.gpus != gpus;
+            if changed {
+                let since = if h.healthy == healthy {
+                    h.since
+                } else {
+                    Timestamp::now()
+                };
+                *h = Health {
+                    healthy,
+                    message: message.clone(),
+                    gpus,
+                    since,
+                };
+            }
+            changed
+        });
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Refreshes the gauges every 5 s: cost, instances by provider and phase (from bindings), Pods
+/// by phase. They are read from the reconciler's caches: listing the node's Pods and bindings
+/// instead costs megabytes per refresh at 1,000 Pods.
+pub async fn gauges(reconciler: Arc<Reconciler>, renter: Renter, metrics: Arc<Metrics>) {
+    loop {
+        let costs = neocloud_broker::Broker {
+            planner: Planner::default(),
+            renter: renter.clone(),
+        }
+        .costs(Utc::now());
+        metrics.set_cost(&costs);
+        if let Some(caches) = reconciler.caches() {
+            metrics.set_instances(caches.bindings.state().iter().filter_map(|b| {
+                let s = b.status.as_ref()?;
+                let provider = s.provider.as_deref()?.parse::<ProviderId>().ok()?;
+                s.instance_id.as_ref()?;
+                let phase = match s.phase {
+                    crate::crd::BindingPhase::Running => InstancePhase::Running,
+                    crate::crd::BindingPhase::Provisioning => InstancePhase::Starting,
+                    crate::crd::BindingPhase::Releasing => InstancePhase::Terminating,
+                    crate::crd::BindingPhase::Pending | crate::crd::BindingPhase::Planning => {
+                        InstancePhase::Pending
+                    }
+                    _ => return None,
+                };
+                Some((provider, phase))
+            }));
+            metrics.set_pods(
+                caches
+                    .pods
+                    .state()
+                    .iter()
+                    .filter_map(|p| p.status.as_ref()?.phase.clone()),
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
