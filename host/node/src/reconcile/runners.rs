@@ -165,8 +165,8 @@ impl Runners {
     }
 
     /// What the runner of the Pod with this uid last reported, asked once its instance exists
-    /// (the boot timeout counts from the first ask); `None` when it was never booted by this
-    /// process.
+    /// (the boot timeout counts from the first ask, or from adoption); `None` when this process
+    /// neither booted nor adopted it (see [`Reconciler::runner_status`], which adopts).
     pub fn status(&self, uid: &str) -> Option<RunnerStatus> {
         let mut state = self.state.lock();
         let entry = state.get_mut(uid)?;
