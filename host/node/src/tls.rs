@@ -78,9 +78,27 @@ impl TlsMaterial {
         })
     }
 
+    /// A certificate chain and key given in PEM (for example, read from a Secret).
+    pub fn from_pem(cert_pem: impl Into<String>, key_pem: impl Into<String>) -> Self {
+        Self {
+            cert_pem: cert_pem.into(),
+            key_pem: key_pem.into(),
+        }
+    }
+
     /// The certificate (chain) in PEM: what a client must trust.
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
+    }
+
+    /// The private key in PEM, for the one place that stores it.
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
+    }
+
+    /// Checks that the certificate and key parse and belong together.
+    pub fn check(&self) -> Result<(), TlsError> {
+        self.server_config(None).map(|_| ())
     }
 
     /// A server configuration for HTTP/1.1. With `client_ca` (PEM, one or more certificates),

@@ -284,7 +284,13 @@ async fn lambda_simulator_runs_the_runner_from_rendered_user_data() {
         heartbeat_interval: Duration::from_millis(200),
         ..UserDataOptions::default()
     };
-    let user_data = render_user_data(&rig.url(), rig.server.cert_pem(), &token, &options);
+    let credential = rig
+        .server
+        .handle()
+        .credential("uid-vm")
+        .expect("credential");
+    let cert = rig.server.cert_pem();
+    let user_data = render_user_data(&rig.url(), cert, &token, &credential, &options);
     let launch = serde_json::json!({
         "region_name": "us-east-1", "instance_type_name": "gpu_1x_a10",
         "ssh_key_names": ["sim-ssh-key"], "name": "nc-uid-vm", "user_data": user_data,

@@ -6,9 +6,17 @@
 //! The node learns what happened from a channel of [`RunnerEvent`]s and reads logs with
 //! [`CallbackHandle::read_logs`].
 //!
+//! Across restarts and leader changes: the keys come from the node's runner identity (a Secret
+//! every replica reads, [`identity`]), so sessions and the per-binding re-authentication
+//! credential in `user_data` ([`credential`]) stay valid; a new leader
+//! [`adopt`](CallbackHandle::adopt)s the bindings it finds, and until the adoption window after
+//! its start has passed, a runner of a binding not adopted yet is told to try again (503).
+//!
 //! Not the reconciler: deciding what a `Lost` or `Exited` binding means for its Pod is the
 //! node's job. Not the runner itself: see [`crate::runner`].
 
+pub mod credential;
+pub mod identity;
 mod logs;
 mod ratelimit;
 mod server;
@@ -19,14 +27,16 @@ mod wire;
 use std::time::Duration;
 
 pub use crate::tls::TlsMaterial;
+pub use credential::RunnerKeys;
+pub use identity::RunnerIdentity;
 pub use logs::{LogBuffer, LogLimits, LogLine, LogOptions};
 pub use ratelimit::RateLimit;
 pub use server::CallbackServer;
 pub use state::CallbackHandle;
 pub use tokens::{BootstrapToken, Secret, SessionToken, TokenError};
 pub use wire::{
-    EnvVar, ErrorBody, LogRecord, LogStream, RunnerState, StatusReport, TokenRequest,
-    TokenResponse, Workload,
+    EnvVar, ErrorBody, Heartbeat, LogRecord, LogStream, ReauthRequest, RunnerState, StatusReport,
+    TokenRequest, TokenResponse, Workload,
 };
 
 /// The trust domain of session SPIFFE IDs unless configured otherwise.
@@ -51,6 +61,13 @@ pub struct CallbackConfig {
     pub token_rate_per_ip: RateLimit,
     /// Authenticated requests per binding.
     pub request_rate_per_binding: RateLimit,
+    /// The keys of sessions and re-authentication credentials (random unless the node's
+    /// runner identity is given: then every replica has the same).
+    pub keys: RunnerKeys,
+    /// How long after start a runner of a binding not adopted yet gets 503 (try again) rather
+    /// than 403: the time the node takes to find its bindings again after a restart (none by
+    /// default: nothing to adopt).
+    pub adoption_window: Duration,
 }
 
 impl Default for CallbackConfig {
@@ -70,6 +87,8 @@ impl Default for CallbackConfig {
                 burst: 100,
                 per_second: 20.0,
             },
+            keys: RunnerKeys::random(),
+            adoption_window: Duration::ZERO,
         }
     }
 }
@@ -99,6 +118,9 @@ pub enum CallbackError {
     /// The binding is not registered.
     #[error("binding {0} is not registered with the runner callback")]
     NotRegistered(String),
+    /// The node started moments ago and has not found this binding again yet.
+    #[error("binding {0} is not known yet: the node is starting; try again")]
+    NotAdoptedYet(String),
     /// A token could not be issued (for example, a uid that cannot be part of a SPIFFE ID).
     #[error("failed to issue a token: {0}")]
     Token(#[from] TokenError),

@@ -2,15 +2,19 @@
 //!
 //! - `POST /v1/token` `{"bootstrapToken"}` → `{"sessionToken", "expiresAt", "spiffeId"}`;
 //!   rate limited per client IP.
+//! - `POST /v1/token/reauth` `{"credential"}` → a session for the binding the credential names,
+//!   when the node no longer accepts the runner's session; rate limited per client IP.
 //! - `POST /v1/token/refresh` (Bearer) → a fresh session for the same binding.
 //! - `GET /v1/workload` (Bearer) → the [`Workload`](super::Workload), env values included.
 //! - `POST /v1/status` (Bearer) [`StatusReport`](super::StatusReport).
-//! - `POST /v1/heartbeat` (Bearer) → 204.
+//! - `POST /v1/heartbeat` (Bearer) with an optional [`Heartbeat`](super::Heartbeat) → 204.
 //! - `POST /v1/logs` (Bearer) newline-delimited [`LogRecord`]s, streamed.
 //!
 //! A session names exactly one binding and no route takes a binding from the request, so a
 //! runner can only ever read or write its own binding. Authenticated routes are rate limited per
-//! binding. Errors are `{"error": "..."}` and never echo a token or an env value.
+//! binding. Errors are `{"error": "..."}` and never echo a token or an env value. A binding the
+//! node has not found again yet after a restart is 503 with `Retry-After` (try again), one that
+//! is gone or whose runner was declared lost is 403.
 //!
 //! Not the kubelet API that serves logs to `kubectl logs`: that reads through
 //! [`CallbackHandle::read_logs`](super::CallbackHandle::read_logs).
@@ -33,7 +37,9 @@ use tokio::task::JoinHandle;
 
 use super::state::{CallbackHandle, State as Shared, monitor_heartbeats};
 use super::tokens::{IssuedSession, TokenError};
-use super::wire::{ErrorBody, LogRecord, StatusReport, TokenRequest, TokenResponse};
+use super::wire::{
+    ErrorBody, Heartbeat, LogRecord, ReauthRequest, StatusReport, TokenRequest, TokenResponse,
+};
 use super::{CallbackConfig, CallbackError, RunnerEvent};
 use crate::tls::{ClientAddr, TlsListener, TlsMaterial};
 
@@ -123,6 +129,7 @@ impl Drop for CallbackServer {
 fn routes(state: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/token", post(token))
+        .route("/v1/token/reauth", post(reauth))
         .route("/v1/token/refresh", post(refresh))
         .route("/v1/workload", get(workload))
         .route("/v1/status", post(status))
@@ -143,6 +150,12 @@ fn refusal(e: &CallbackError) -> Response {
         CallbackError::Token(TokenError::InvalidName { .. }) => StatusCode::BAD_REQUEST,
         CallbackError::Token(_) => StatusCode::UNAUTHORIZED,
         CallbackError::NotRegistered(_) => StatusCode::FORBIDDEN,
+        CallbackError::NotAdoptedYet(_) => {
+            let mut response = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            let again = HeaderValue::from_static("2");
+            response.headers_mut().insert(header::RETRY_AFTER, again);
+            return response;
+        }
         CallbackError::Tls(_) | CallbackError::Bind(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error(status, e.to_string())
@@ -187,6 +200,33 @@ async fn token(
         }
         Err(e) => {
             tracing::warn!(%peer, error = %e, "callback: token exchange refused");
+            refusal(&e)
+        }
+    }
+}
+
+async fn reauth(
+    State(state): AppState,
+    ConnectInfo(ClientAddr(peer)): ConnectInfo<ClientAddr>,
+    body: Bytes,
+) -> Response {
+    if !state.token_limiter.allow(&peer.ip()) {
+        tracing::warn!(%peer, "callback: re-authentication rate limited");
+        return error(StatusCode::TOO_MANY_REQUESTS, "too many token requests");
+    }
+    let Ok(request) = serde_json::from_slice::<ReauthRequest>(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "request body must be {\"credential\": string}",
+        );
+    };
+    match state.reauthenticate(&request.credential) {
+        Ok(session) => {
+            tracing::info!(%peer, spiffe_id = %session.spiffe_id, "callback: runner re-authenticated");
+            session_response(session)
+        }
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "callback: re-authentication refused");
             refusal(&e)
         }
     }
@@ -243,8 +283,16 @@ async fn status(State(state): AppState, Authed(uid): Authed, body: Bytes) -> Res
     }
 }
 
-async fn heartbeat(State(state): AppState, Authed(uid): Authed) -> Response {
-    match state.heartbeat(&uid) {
+async fn heartbeat(State(state): AppState, Authed(uid): Authed, body: Bytes) -> Response {
+    let beat = if body.iter().all(u8::is_ascii_whitespace) {
+        Heartbeat::default()
+    } else {
+        match serde_json::from_slice::<Heartbeat>(&body) {
+            Ok(beat) => beat,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid heartbeat: {e}")),
+        }
+    };
+    match state.heartbeat(&uid, beat.state).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refusal(&e),
     }
@@ -300,3 +348,7 @@ fn ingest(
 #[cfg(test)]
 #[path = "server_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "failover_tests.rs"]
+mod failover_tests;

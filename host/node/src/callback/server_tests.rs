@@ -136,9 +136,9 @@ async fn requests_are_rate_limited_per_binding() {
     let a = client(&server);
     let token = server.handle().register("uid-a", workload("a")).expect("a");
     a.exchange(&token).await.expect("exchange");
-    a.heartbeat().await.expect("1");
-    a.heartbeat().await.expect("2");
-    let err = a.heartbeat().await.expect_err("3");
+    a.heartbeat(None).await.expect("1");
+    a.heartbeat(None).await.expect("2");
+    let err = a.heartbeat(None).await.expect_err("3");
     assert!(err.to_string().contains("429"), "{err}");
 }
 
@@ -167,7 +167,7 @@ async fn heartbeats_keep_a_runner_alive() {
     a.exchange(&token).await.expect("exchange");
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        a.heartbeat().await.expect("heartbeat");
+        a.heartbeat(None).await.expect("heartbeat");
     }
     assert!(events.try_recv().is_err());
 }

@@ -1,9 +1,10 @@
-//! The callback's state: registered bindings with their workload, log and liveness, the token
-//! stores, and the heartbeat monitor that reports silent runners as `Lost`.
+//! The callback's state: registered (or, after a restart, adopted) bindings with their
+//! workload, log, last known runner state and liveness, the token stores, and the heartbeat
+//! monitor that reports silent runners as `Lost`.
 //!
 //! Not HTTP: the server's handlers call these methods with the uid a session token proved.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use tokio::sync::mpsc;
 
 use super::logs::{LogBuffer, LogLine, LogOptions};
 use super::ratelimit::Limiter;
-use super::tokens::{BootstrapToken, BootstrapTokens, IssuedSession, SessionSigner};
+use super::tokens::{BootstrapToken, BootstrapTokens, IssuedSession, Secret, SessionSigner};
 use super::wire::{LogRecord, RunnerState, StatusReport, Workload};
 use super::{CallbackConfig, CallbackError, RunnerEvent, RunnerEventKind};
 
@@ -25,8 +26,26 @@ struct Entry {
     logs: Arc<LogBuffer>,
     /// Set when the runner first authenticates, refreshed by heartbeats and reports.
     last_seen: Option<Instant>,
+    /// What the runner last said it is doing (by report, or with a heartbeat).
+    state: Option<RunnerState>,
+    /// Adopted after a restart, and its runner has not called in since.
+    awaited: bool,
     lost: bool,
     exited: bool,
+}
+
+impl Entry {
+    fn new(workload: Workload, logs: LogBuffer) -> Self {
+        Self {
+            workload,
+            logs: Arc::new(logs),
+            last_seen: None,
+            state: None,
+            awaited: false,
+            lost: false,
+            exited: false,
+        }
+    }
 }
 
 /// Shared state of one callback server.
@@ -39,6 +58,9 @@ pub(crate) struct State {
     events: mpsc::Sender<RunnerEvent>,
     pub token_limiter: Limiter<IpAddr>,
     pub request_limiter: Limiter<String>,
+    started: Instant,
+    /// Bindings unregistered within the adoption window: gone, not waiting to be adopted.
+    forgotten: Mutex<HashSet<String>>,
 }
 
 /// What the node holds to register workloads and read logs; cheap to clone.
@@ -51,13 +73,7 @@ impl CallbackHandle {
     /// bootstrap token, starts an empty log and clears `Lost`.
     pub fn register(&self, uid: &str, workload: Workload) -> Result<BootstrapToken, CallbackError> {
         let token = self.0.bootstrap.issue(uid)?;
-        let entry = Entry {
-            workload,
-            logs: Arc::new(LogBuffer::new(self.0.config.log_limits)),
-            last_seen: None,
-            lost: false,
-            exited: false,
-        };
+        let entry = Entry::new(workload, LogBuffer::new(self.0.config.log_limits));
         if let Some(old) = self.0.bindings.lock().insert(uid.to_string(), entry) {
             old.logs.close();
         }
@@ -65,10 +81,39 @@ impl CallbackHandle {
         Ok(token)
     }
 
+    /// The binding's re-authentication credential, for its `user_data`: any replica sharing
+    /// this node's keys accepts it while the binding is registered and its runner not lost.
+    pub fn credential(&self, uid: &str) -> Result<Secret, CallbackError> {
+        let config = &self.0.config;
+        Ok(config.keys.credential(&config.trust_domain, uid)?)
+    }
+
+    /// Takes over a binding registered by an earlier process (this one has no bootstrap token
+    /// for it). With `state` (the runner had reported it, as the Pod shows) the runner has the
+    /// heartbeat timeout from now to call in before it is `Lost`; without, it is booting and
+    /// the node's boot timeout applies. Returns false, changing nothing, if the binding is
+    /// already registered here.
+    pub fn adopt(&self, uid: &str, workload: Workload, state: Option<RunnerState>) -> bool {
+        let mut bindings = self.0.bindings.lock();
+        if bindings.contains_key(uid) {
+            return false;
+        }
+        let mut entry = Entry::new(workload, LogBuffer::new(self.0.config.log_limits));
+        entry.state = state;
+        entry.last_seen = state.map(|_| Instant::now());
+        entry.awaited = true;
+        bindings.insert(uid.to_string(), entry);
+        tracing::info!(binding = uid, ?state, "callback: adopted a binding");
+        true
+    }
+
     /// Forgets a binding: its bootstrap token and sessions stop working and followers of its
     /// log finish. Idempotent.
     pub fn unregister(&self, uid: &str) {
         self.0.bootstrap.revoke(uid);
+        if self.0.adopting() {
+            self.0.forgotten.lock().insert(uid.to_string());
+        }
         if let Some(old) = self.0.bindings.lock().remove(uid) {
             old.logs.close();
         }
@@ -96,13 +141,24 @@ impl State {
     ) -> Result<Self, CallbackError> {
         Ok(Self {
             bootstrap: BootstrapTokens::new(config.bootstrap_ttl),
-            signer: SessionSigner::new(&config.trust_domain, config.session_ttl)?,
+            signer: SessionSigner::with_key(
+                config.keys.session_key(),
+                &config.trust_domain,
+                config.session_ttl,
+            )?,
             bindings: Mutex::new(HashMap::new()),
             events,
             token_limiter: Limiter::new(config.token_rate_per_ip),
             request_limiter: Limiter::new(config.request_rate_per_binding),
+            started: Instant::now(),
+            forgotten: Mutex::new(HashSet::new()),
             config,
         })
+    }
+
+    /// Whether the adoption window after start is still open.
+    fn adopting(&self) -> bool {
+        self.started.elapsed() < self.config.adoption_window
     }
 
     fn logs(&self, uid: &str) -> Result<Arc<LogBuffer>, CallbackError> {
@@ -129,13 +185,33 @@ impl State {
         self.signer.issue(uid)
     }
 
+    /// Exchanges a re-authentication credential for a session; the binding must be registered
+    /// (or adopted) and its runner not lost.
+    pub fn reauthenticate(&self, credential: &str) -> Result<IssuedSession, CallbackError> {
+        let config = &self.config;
+        let uid = config.keys.verify(&config.trust_domain, credential)?;
+        self.live(uid.clone())?;
+        self.touch(&uid, |_| ())?;
+        Ok(self.signer.issue(&uid))
+    }
+
     /// The binding a session token names, if that binding is registered and not lost.
     pub fn authenticate(&self, session: &str) -> Result<String, CallbackError> {
         let uid = self.signer.verify(session)?;
+        self.live(uid)
+    }
+
+    /// `uid` if it is registered and its runner not lost. An unknown binding is
+    /// [`NotAdoptedYet`](CallbackError::NotAdoptedYet) within the adoption window.
+    fn live(&self, uid: String) -> Result<String, CallbackError> {
         let bindings = self.bindings.lock();
         match bindings.get(&uid) {
             Some(entry) if !entry.lost => Ok(uid),
-            _ => Err(CallbackError::NotRegistered(uid)),
+            Some(_) => Err(CallbackError::NotRegistered(uid)),
+            None if self.adopting() && !self.forgotten.lock().contains(&uid) => {
+                Err(CallbackError::NotAdoptedYet(uid))
+            }
+            None => Err(CallbackError::NotRegistered(uid)),
         }
     }
 
@@ -143,14 +219,36 @@ impl State {
         self.touch(uid, |entry| entry.workload.clone())
     }
 
-    pub fn heartbeat(&self, uid: &str) -> Result<(), CallbackError> {
-        self.touch(uid, |_| ())
+    /// A sign of life; a `state` further along than the one known (a node that took over knows
+    /// none) is reported as if the runner had sent it.
+    pub async fn heartbeat(
+        &self,
+        uid: &str,
+        state: Option<RunnerState>,
+    ) -> Result<(), CallbackError> {
+        let news = self.touch(uid, |entry| match state {
+            Some(s) if s != RunnerState::Exited && rank(Some(s)) > rank(entry.state) => {
+                entry.state = Some(s);
+                Some(s)
+            }
+            _ => None,
+        })?;
+        if let Some(state) = news {
+            let report = StatusReport {
+                state,
+                exit_code: None,
+                message: Some("told with a heartbeat".into()),
+            };
+            self.emit(uid, RunnerEventKind::State(report)).await;
+        }
+        Ok(())
     }
 
     pub async fn report(&self, uid: &str, report: StatusReport) -> Result<(), CallbackError> {
         let exited = report.state == RunnerState::Exited;
         let logs = self.touch(uid, |entry| {
             entry.exited |= exited;
+            entry.state = Some(report.state);
             entry.logs.clone()
         })?;
         if exited {
@@ -171,6 +269,12 @@ impl State {
             .get_mut(uid)
             .ok_or_else(|| CallbackError::NotRegistered(uid.to_string()))?;
         entry.last_seen = Some(Instant::now());
+        if std::mem::take(&mut entry.awaited) {
+            tracing::info!(
+                binding = uid,
+                "callback: the runner of an adopted binding called in"
+            );
+        }
         Ok(f(entry))
     }
 
@@ -200,6 +304,16 @@ impl State {
             }
         }
         lost
+    }
+}
+
+/// How far along a state is: unknown, starting, running, exited.
+fn rank(state: Option<RunnerState>) -> u8 {
+    match state {
+        None => 0,
+        Some(RunnerState::Starting) => 1,
+        Some(RunnerState::Running) => 2,
+        Some(RunnerState::Exited) => 3,
     }
 }
 

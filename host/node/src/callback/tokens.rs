@@ -5,7 +5,8 @@
 //! its SHA-256 is kept; it expires after a few minutes and is removed when consumed, so reading
 //! `user_data` later yields nothing usable. A session token is a compact HS256 JWT whose subject
 //! is the binding's SPIFFE ID (`spiffe://<trust-domain>/neocloud/binding/<uid>`), signed with a
-//! key that lives only in this process: restarting the node invalidates every session.
+//! key derived from the node's runner identity ([`super::credential::RunnerKeys`]), which every
+//! replica shares: a session outlives a restart or a leader change, until the key is rotated.
 //!
 //! Not HTTP and not authorization of routes: the server maps tokens to bindings with these types.
 
@@ -57,6 +58,15 @@ pub enum TokenError {
         /// This node's trust domain.
         expected: String,
     },
+    /// The re-authentication credential is not `ncr1:<key id>:<uid>:<mac>`.
+    #[error("re-authentication credential is malformed")]
+    MalformedCredential,
+    /// The credential's MAC does not match its binding (forged, or another binding's).
+    #[error("re-authentication credential is not valid")]
+    BadCredential,
+    /// The credential was made with a key that is no longer the node's (rotated away).
+    #[error("re-authentication credential was made with a rotated-away key")]
+    StaleCredential,
     /// A binding uid or trust domain that cannot be part of a SPIFFE ID.
     #[error("invalid {what} {value:?}: only ASCII letters, digits, '.', '-' and '_' are allowed")]
     InvalidName {
@@ -241,7 +251,7 @@ pub struct IssuedSession {
     pub spiffe_id: String,
 }
 
-/// Issues and verifies session tokens with a per-process HMAC-SHA256 key.
+/// Issues and verifies session tokens with an HMAC-SHA256 key.
 pub struct SessionSigner {
     key: hmac::Key,
     trust_domain: String,
@@ -265,7 +275,8 @@ impl SessionSigner {
         Self::with_key(&key, trust_domain, ttl)
     }
 
-    fn with_key(key: &[u8], trust_domain: &str, ttl: Duration) -> Result<Self, TokenError> {
+    /// A signer with `key` (shared by the node's replicas) for `trust_domain`.
+    pub fn with_key(key: &[u8], trust_domain: &str, ttl: Duration) -> Result<Self, TokenError> {
         check_name("trust domain", trust_domain)?;
         Ok(Self {
             key: hmac::Key::new(hmac::HMAC_SHA256, key),

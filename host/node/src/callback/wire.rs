@@ -69,6 +69,31 @@ impl fmt::Debug for TokenRequest {
     }
 }
 
+/// `POST /v1/token/reauth` request: a runner whose session the node no longer accepts (it
+/// expired while the node was away, or the node restarted before its bootstrap token was used).
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReauthRequest {
+    /// The binding's re-authentication credential from the VM's `user_data`.
+    pub credential: String,
+}
+
+impl fmt::Debug for ReauthRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ReauthRequest { credential: <redacted> }")
+    }
+}
+
+/// `POST /v1/heartbeat` body (optional): the state the runner is in, so a node that took over
+/// learns it without waiting for the next report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    /// The runner's current state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<RunnerState>,
+}
+
 /// `POST /v1/token` response.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -224,12 +224,7 @@ impl Reconciler {
                 ))
             })?;
         let instance = provider.get(&instance_id).await?;
-        let runner = self
-            .cfg
-            .runners
-            .as_ref()
-            .filter(|r| provider_id.is_some_and(|p| r.runs_on(p)))
-            .and_then(|r| r.status(&pod.uid().unwrap_or_default()));
+        let runner = self.runner_status(pod, provider_id).await;
         let (reason, message) = match &instance {
             // Checked first: once the lost instance is being deleted it reads as gone.
             _ if runner == Some(RunnerStatus::NeverCalled) => (

@@ -3,6 +3,12 @@
 //! `user_data` carries the runner and its one-time bootstrap token, and the Pod follows what the
 //! runner reports (starting, running, exited with a code, or lost when its heartbeats stop)
 //! rather than the VM's state alone.
+//!
+//! After a restart or a leader change, a Pod whose instance an earlier process rented is
+//! adopted the first time it is mirrored: its workload is registered again (for a runner that
+//! has not fetched it yet) and its runner is given time from now to call in: the heartbeat
+//! timeout if the Pod shows it was running, the boot timeout otherwise. Until it calls in, the
+//! Pod keeps what it showed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,6 +21,7 @@ use neocloud_core::{ProviderId, WorkloadSpec};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
+use super::{Reconciler, env};
 use crate::callback::{
     CallbackError, CallbackHandle, EnvVar, RunnerEvent, RunnerEventKind, RunnerState, Workload,
 };
@@ -118,20 +125,8 @@ impl Runners {
         env: &[(String, String)],
     ) -> Result<String, CallbackError> {
         let uid = pod.uid().unwrap_or_default();
-        let workload = Workload {
-            image: w.image.clone(),
-            command: w.command.clone(),
-            args: w.args.clone(),
-            env: env
-                .iter()
-                .map(|(name, value)| EnvVar {
-                    name: name.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
-            working_dir: None,
-        };
-        let token = self.handle.register(&uid, workload)?;
+        let token = self.handle.register(&uid, workload(w, env))?;
+        let credential = self.handle.credential(&uid)?;
         let entry = Entry {
             pod: ObjectRef::from_obj(pod),
             status: RunnerStatus::Booting,
@@ -142,13 +137,36 @@ impl Runners {
             &self.callback_url,
             &self.cert_pem,
             &token,
+            &credential,
             &self.options,
         ))
     }
 
+    /// Takes over the runner of a Pod whose instance an earlier process rented (see the module
+    /// doc). Does nothing for a Pod this process already follows.
+    pub fn adopt(&self, pod: &Pod, w: &WorkloadSpec, env: &[(String, String)]) {
+        let uid = pod.uid().unwrap_or_default();
+        if self.state.lock().contains_key(&uid) {
+            return;
+        }
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let known = running.then_some(RunnerState::Running);
+        self.handle.adopt(&uid, workload(w, env), known);
+        let entry = Entry {
+            pod: ObjectRef::from_obj(pod),
+            status: if running {
+                RunnerStatus::Running
+            } else {
+                RunnerStatus::Booting
+            },
+            launched: Some(Instant::now()),
+        };
+        self.state.lock().entry(uid).or_insert(entry);
+    }
+
     /// What the runner of the Pod with this uid last reported, asked once its instance exists
-    /// (the boot timeout counts from the first ask); `None` when it was never booted by this
-    /// process.
+    /// (the boot timeout counts from the first ask, or from adoption); `None` when this process
+    /// neither booted nor adopted it (see [`Reconciler::runner_status`], which adopts).
     pub fn status(&self, uid: &str) -> Option<RunnerStatus> {
         let mut state = self.state.lock();
         let entry = state.get_mut(uid)?;
@@ -159,6 +177,11 @@ impl Runners {
             }
             other => other,
         })
+    }
+
+    /// Whether this process follows the runner of the Pod with this uid.
+    pub fn follows(&self, uid: &str) -> bool {
+        self.state.lock().contains_key(uid)
     }
 
     /// How long a runner has to call back.
@@ -203,5 +226,58 @@ impl Runners {
         };
         tracing::info!(pod = %pod, ?status, "runner reported");
         let _ = self.trigger.send(pod);
+    }
+}
+
+/// What the runner fetches: the workload with its environment resolved.
+fn workload(w: &WorkloadSpec, env: &[(String, String)]) -> Workload {
+    Workload {
+        image: w.image.clone(),
+        command: w.command.clone(),
+        args: w.args.clone(),
+        env: env
+            .iter()
+            .map(|(name, value)| EnvVar {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        working_dir: None,
+    }
+}
+
+impl Reconciler {
+    /// What the runner of a Pod placed on `provider` last reported, adopting it first if this
+    /// process has not followed it yet (a restart or a leader change). `None` when the provider
+    /// runs no runner, or when adopting failed (the Pod's environment could not be resolved; it
+    /// is tried again at the next reconcile).
+    pub(super) async fn runner_status(
+        &self,
+        pod: &Pod,
+        provider: Option<ProviderId>,
+    ) -> Option<RunnerStatus> {
+        let runners = self.cfg.runners.as_ref()?;
+        if !provider.is_some_and(|p| runners.runs_on(p)) {
+            return None;
+        }
+        let uid = pod.uid().unwrap_or_default();
+        if !runners.follows(&uid) {
+            let w = match self.workload(pod) {
+                Ok((w, _)) => w,
+                Err(e) => {
+                    tracing::warn!(pod = %ObjectRef::from_obj(pod), error = %e, "runner: cannot adopt");
+                    return None;
+                }
+            };
+            let namespace = pod.namespace().unwrap_or_default();
+            match env::resolve(&self.client, &namespace, &w).await {
+                Ok(env) => runners.adopt(pod, &w, &env),
+                Err(e) => {
+                    tracing::warn!(pod = %ObjectRef::from_obj(pod), error = %e, "runner: cannot adopt");
+                    return None;
+                }
+            }
+        }
+        runners.status(&uid)
     }
 }

@@ -148,7 +148,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     let callback = match &cfg.runner {
         Some(settings) => {
             let (server, runners) = settings
-                .start()
+                .start(client.clone(), &node_cfg.name)
                 .await
                 .context("failed to start the runner callback server")?;
             rc.runners = Some(Arc::clone(&runners));

@@ -1,5 +1,9 @@
 //! The `runner:` section of the node's configuration and the callback server it starts: how
-//! VMs rented from Lambda Cloud boot `neocloud-node runner` and reach the node.
+//! VMs rented from Lambda Cloud boot `neocloud-node runner` and reach the node. The keys and the
+//! self-signed certificate runners rely on come from the node's runner identity Secret, so every
+//! replica that leads presents and accepts the same ones.
+
+mod secret;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,10 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
 use neocloud_core::ProviderId;
 use serde::Deserialize;
 
-use crate::callback::{CallbackConfig, CallbackServer, DEFAULT_TRUST_DOMAIN, TlsMaterial};
+use crate::callback::{
+    CallbackConfig, CallbackServer, DEFAULT_TRUST_DOMAIN, RunnerIdentity, TlsMaterial,
+};
 use crate::reconcile::Runners;
 use crate::runner::{ExecutorKind, RunnerDownload, UserDataOptions};
 
@@ -30,6 +38,13 @@ pub struct RunnerSettings {
     /// The certificate's key (PEM), with `certFile`.
     #[serde(default)]
     pub key_file: Option<PathBuf>,
+    /// The Secret that keeps the runners' signing key (and the self-signed certificate) for every
+    /// replica; made on first start. Default `neocloud-node-<node name>-runner-identity`.
+    #[serde(default)]
+    pub identity_secret_name: Option<String>,
+    /// Its namespace. Default: `POD_NAMESPACE`, else `default`.
+    #[serde(default)]
+    pub identity_secret_namespace: Option<String>,
     /// Trust domain of the runners' SPIFFE IDs.
     #[serde(default = "default_trust_domain")]
     pub trust_domain: String,
@@ -142,21 +157,71 @@ impl RunnerSettings {
         }
     }
 
-    /// Starts the callback server and returns it with the reconciler's view of the runners
-    /// (on Lambda Cloud, the one provider that rents VMs). The server stops when dropped.
-    pub async fn start(&self) -> anyhow::Result<(CallbackServer, Arc<Runners>)> {
-        let tls = match (&self.cert_file, &self.key_file) {
-            (Some(cert), Some(key)) => TlsMaterial::from_files(cert, key)?,
-            _ => {
-                let host = reqwest::Url::parse(&self.callback_url)?
-                    .host_str()
-                    .unwrap_or_default()
-                    .trim_matches(['[', ']'])
-                    .to_owned();
-                TlsMaterial::self_signed(&[host])?
-            }
+    /// The identity Secret's namespace and name for node `node`.
+    fn identity_secret(&self, node: &str) -> (String, String) {
+        let namespace = self
+            .identity_secret_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".to_owned());
+        let name = self
+            .identity_secret_name
+            .clone()
+            .unwrap_or_else(|| format!("neocloud-node-{node}-runner-identity"));
+        (namespace, name)
+    }
+
+    /// The host of the callback URL, for a self-signed certificate.
+    fn callback_host(&self) -> anyhow::Result<String> {
+        Ok(reqwest::Url::parse(&self.callback_url)?
+            .host_str()
+            .unwrap_or_default()
+            .trim_matches(['[', ']'])
+            .to_owned())
+    }
+
+    /// The runner identity of node `node` from its Secret, which is created if missing and
+    /// replaced if rotation was asked or its certificate is for another host. Safe to call from
+    /// several replicas at once: they all get the identity the Secret ends up holding.
+    pub async fn load_identity(
+        &self,
+        client: Client,
+        node: &str,
+    ) -> anyhow::Result<RunnerIdentity> {
+        let host = match (&self.cert_file, &self.key_file) {
+            (Some(_), Some(_)) => None,
+            _ => Some(self.callback_host()?),
+        };
+        let (namespace, name) = self.identity_secret(node);
+        let api: Api<Secret> = Api::namespaced(client, &namespace);
+        secret::load_or_create(&api, &name, host.as_deref())
+            .await
+            .with_context(|| format!("runner.identitySecretName: {namespace}/{name}"))
+    }
+
+    /// Starts the callback server of node `node` and returns it with the reconciler's view of
+    /// the runners (on Lambda Cloud, the one provider that rents VMs). The server stops when
+    /// dropped.
+    pub async fn start(
+        &self,
+        client: Client,
+        node: &str,
+    ) -> anyhow::Result<(CallbackServer, Arc<Runners>)> {
+        let files = self.cert_file.as_ref().zip(self.key_file.as_ref());
+        let identity = self.load_identity(client, node).await?;
+        let tls = match (files, identity.tls()) {
+            (Some((cert, key)), _) => TlsMaterial::from_files(cert, key)?,
+            (None, Some(tls)) => tls.clone(),
+            (None, None) => bail!("the runner identity has no certificate"),
         };
         let config = CallbackConfig {
+            keys: identity.keys(),
+            // A restarted node finds its bindings again as it reconciles them; until then their
+            // runners are told to try again. Booting VMs may call in late.
+            adoption_window: Duration::from_secs(
+                self.heartbeat_timeout_seconds
+                    .max(self.boot_timeout_seconds),
+            ),
             listen: self.listen_addr()?,
             trust_domain: self.trust_domain.clone(),
             heartbeat_timeout: Duration::from_secs(self.heartbeat_timeout_seconds),

@@ -1,6 +1,8 @@
 //! The runner's HTTPS client of the node's callback API: trusts only the CA it was given,
 //! refuses plain HTTP, exchanges the bootstrap token, refreshes the session before it expires,
-//! and turns refusals into errors that say what the node answered.
+//! gets a new session with its re-authentication credential when the node refuses the one it
+//! has (401: the session expired while the node was away), and turns refusals into errors that
+//! say what the node answered.
 //!
 //! Not the runner's control flow: see [`super::run`].
 
@@ -15,7 +17,8 @@ use tokio::sync::Mutex;
 use super::RunnerError;
 use crate::callback::tokens::unix_now;
 use crate::callback::{
-    ErrorBody, Secret, SessionToken, StatusReport, TokenRequest, TokenResponse, Workload,
+    ErrorBody, Heartbeat, ReauthRequest, RunnerState, Secret, SessionToken, StatusReport,
+    TokenRequest, TokenResponse, Workload,
 };
 
 /// Timeout of one request, except the log stream's.
@@ -34,6 +37,7 @@ pub struct CallbackClient {
     http: Client,
     base: Url,
     session: Mutex<Option<Session>>,
+    credential: Option<Secret>,
 }
 
 impl CallbackClient {
@@ -65,7 +69,19 @@ impl CallbackClient {
             http,
             base,
             session: Mutex::new(None),
+            credential: None,
         })
+    }
+
+    /// The same client, re-authenticating with `credential` when its session is refused.
+    pub fn with_credential(mut self, credential: Option<Secret>) -> Self {
+        self.credential = credential;
+        self
+    }
+
+    /// Whether this client has a re-authentication credential.
+    pub fn can_reauthenticate(&self) -> bool {
+        self.credential.is_some()
     }
 
     fn url(&self, path: &str) -> Result<Url, RunnerError> {
@@ -87,6 +103,38 @@ impl CallbackClient {
         let spiffe_id = response.spiffe_id.clone();
         self.keep(response).await;
         Ok(spiffe_id)
+    }
+
+    /// Gets a new session with the re-authentication credential; returns the SPIFFE ID.
+    pub async fn reauthenticate(&self) -> Result<String, RunnerError> {
+        const WHAT: &str = "re-authenticate";
+        let credential = self.credential.as_ref().ok_or(RunnerError::NoSession)?;
+        let body = ReauthRequest {
+            credential: credential.expose().to_string(),
+        };
+        let request = self.http.post(self.url("v1/token/reauth")?).json(&body);
+        let response: TokenResponse =
+            json(send_retrying(WHAT, request.timeout(REQUEST_TIMEOUT)).await?)
+                .await
+                .map_err(|e| e.during(WHAT))?;
+        let spiffe_id = response.spiffe_id.clone();
+        self.keep(response).await;
+        tracing::info!(%spiffe_id, "runner: re-authenticated");
+        Ok(spiffe_id)
+    }
+
+    /// After a 401, re-authenticates if it can; true if the call is worth trying again.
+    async fn recover(&self, e: &RunnerError) -> bool {
+        if !e.is_unauthorized() || !self.can_reauthenticate() {
+            return false;
+        }
+        match self.reauthenticate().await {
+            Ok(_) => true,
+            Err(again) => {
+                tracing::warn!(error = %again, "runner: re-authentication failed");
+                false
+            }
+        }
     }
 
     async fn keep(&self, response: TokenResponse) {
@@ -112,7 +160,17 @@ impl CallbackClient {
             .post(self.url("v1/token/refresh")?)
             .bearer_auth(current.token.expose())
             .timeout(REQUEST_TIMEOUT);
-        let response: TokenResponse = json(send("refresh the session", request).await?)
+        let response = match send("refresh the session", request).await {
+            Ok(response) => response,
+            Err(e) => {
+                drop(session);
+                if self.recover(&e).await {
+                    return Box::pin(self.bearer()).await;
+                }
+                return Err(e);
+            }
+        };
+        let response: TokenResponse = json(response)
             .await
             .map_err(|e| e.during("refresh the session"))?;
         let token = Secret::new(response.session_token);
@@ -133,29 +191,67 @@ impl CallbackClient {
             .bearer_auth(token.expose()))
     }
 
+    /// Sends an authenticated request made by `build` (retrying transient failures with
+    /// `retrying`); a refused session is replaced through the credential and the call tried
+    /// once more.
+    async fn call(
+        &self,
+        what: &'static str,
+        method: Method,
+        path: &str,
+        retrying: bool,
+        build: impl Fn(RequestBuilder) -> RequestBuilder,
+    ) -> Result<reqwest::Response, RunnerError> {
+        let mut again = true;
+        loop {
+            let request = build(self.authed(method.clone(), path).await?).timeout(REQUEST_TIMEOUT);
+            let result = if retrying {
+                send_retrying(what, request).await
+            } else {
+                send(what, request).await
+            };
+            match result {
+                Err(e) if again && self.recover(&e).await => again = false,
+                other => return other,
+            }
+        }
+    }
+
     /// `GET /v1/workload`.
     pub async fn workload(&self) -> Result<Workload, RunnerError> {
-        let request = self.authed(Method::GET, "v1/workload").await?;
-        json(send_retrying("fetch the workload", request.timeout(REQUEST_TIMEOUT)).await?)
-            .await
-            .map_err(|e| e.during("fetch the workload"))
+        let what = "fetch the workload";
+        let response = self
+            .call(what, Method::GET, "v1/workload", true, |r| r)
+            .await?;
+        json(response).await.map_err(|e| e.during(what))
     }
 
     /// `POST /v1/status`.
     pub async fn status(&self, report: &StatusReport) -> Result<(), RunnerError> {
-        let request = self.authed(Method::POST, "v1/status").await?.json(report);
-        send_retrying("report the state", request.timeout(REQUEST_TIMEOUT)).await?;
+        self.call("report the state", Method::POST, "v1/status", true, |r| {
+            r.json(report)
+        })
+        .await?;
         Ok(())
     }
 
-    /// `POST /v1/heartbeat`.
-    pub async fn heartbeat(&self) -> Result<(), RunnerError> {
-        let request = self.authed(Method::POST, "v1/heartbeat").await?;
-        send("send a heartbeat", request.timeout(REQUEST_TIMEOUT)).await?;
+    /// `POST /v1/heartbeat`, saying the state the runner is in.
+    pub async fn heartbeat(&self, state: Option<RunnerState>) -> Result<(), RunnerError> {
+        let beat = Heartbeat { state };
+        self.call(
+            "send a heartbeat",
+            Method::POST,
+            "v1/heartbeat",
+            false,
+            |r| r.json(&beat),
+        )
+        .await?;
         Ok(())
     }
 
-    /// `POST /v1/logs` with a streamed NDJSON body.
+    /// `POST /v1/logs` with a streamed NDJSON body. The body cannot be sent twice: after a
+    /// refused session this re-authenticates and returns the error, for the caller to send the
+    /// records again.
     pub async fn logs<S>(&self, body: S) -> Result<(), RunnerError>
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
@@ -164,7 +260,10 @@ impl CallbackClient {
         let request = request
             .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
             .body(reqwest::Body::wrap_stream(body));
-        send("stream logs", request).await?;
+        if let Err(e) = send("stream logs", request).await {
+            self.recover(&e).await;
+            return Err(e);
+        }
         Ok(())
     }
 }
@@ -256,6 +355,11 @@ impl RunnerError {
             Self::Refused { status, .. } => *status == 429 || *status >= 500,
             _ => false,
         }
+    }
+
+    /// Whether the node refused the session or credential (401).
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, Self::Refused { status, .. } if *status == StatusCode::UNAUTHORIZED.as_u16())
     }
 
     /// Whether the node refused because the binding is gone or its runner was declared lost.

@@ -1,13 +1,17 @@
 //! `neocloud-node runner`: the agent on a rented VM. Started by cloud-init (see
 //! [`render_user_data`]), it exchanges its bootstrap token for a session with the node's
 //! callback server over TLS (trusting only the certificate it was given), fetches the workload,
-//! runs it, reports `Starting` → `Running` → `Exited`, heartbeats, streams logs, and exits with
-//! the workload's exit code.
+//! runs it, reports `Starting` → `Running` → `Exited`, heartbeats (saying its state), streams
+//! logs, and exits with the workload's exit code. When the node restarts or another replica
+//! takes over, the runner carries on: the session stays valid (the replicas share its key), a
+//! refused one is replaced with the binding's re-authentication credential, log records of
+//! failed requests are sent again, and the final report is retried for minutes.
 //!
 //! Not the server side: see [`crate::callback`].
 
 mod client;
 mod executor;
+mod shipper;
 mod user_data;
 
 use std::sync::Arc;
@@ -15,21 +19,24 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use bytes::Bytes;
-use tokio::sync::{Mutex, mpsc};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
 
 pub use client::CallbackClient;
 pub use executor::{EnvFile, ExecutorKind, docker_args};
 pub use user_data::{DEFAULT_RUNNER_PATH, RunnerDownload, UserDataOptions, render_user_data};
 
-use crate::callback::{LogRecord, RunnerState, Secret, StatusReport};
+use crate::callback::{RunnerState, Secret, StatusReport};
 
 /// The environment variable that may carry the bootstrap token instead of the flag.
 pub const BOOTSTRAP_TOKEN_ENV: &str = "NEOCLOUD_BOOTSTRAP_TOKEN";
+/// The environment variable that may carry the re-authentication credential.
+pub const CREDENTIAL_ENV: &str = "NEOCLOUD_RUNNER_CREDENTIAL";
 /// Heartbeat period unless configured otherwise.
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
-/// How long a log request stays open before the runner starts a new one (with a fresh session).
-const LOG_REQUEST_SPAN: Duration = Duration::from_secs(5);
+/// How long the final `Exited` report is tried (heartbeats go on meanwhile), so a node that is
+/// failing over still learns the exit code.
+const FINAL_REPORT_PATIENCE: Duration = Duration::from_secs(300);
 /// How long the runner waits for the last log lines to be delivered after the workload exits.
 const LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -42,6 +49,10 @@ pub struct RunnerArgs {
     /// The one-time bootstrap token from the VM's user_data.
     #[arg(long, env = BOOTSTRAP_TOKEN_ENV, hide_env_values = true)]
     pub bootstrap_token: String,
+    /// The binding's re-authentication credential from the VM's user_data: gets a new session
+    /// when the node no longer accepts the runner's one (after a restart or failover).
+    #[arg(long, env = CREDENTIAL_ENV, hide_env_values = true)]
+    pub credential: Option<String>,
     /// PEM file of the certificate (or CA) to trust for the callback; the only trusted root.
     #[arg(
         long,
@@ -142,30 +153,50 @@ fn ca_pem(args: &RunnerArgs) -> Result<Vec<u8>, RunnerError> {
     }
 }
 
+/// The state the runner is in, shared with its heartbeats.
+type Shared = Arc<Mutex<Option<RunnerState>>>;
+
+/// Exchanges the bootstrap token, or, if the node refuses it (a node that restarted since it
+/// issued it knows it no longer), authenticates with the credential.
+async fn authenticate(client: &CallbackClient, bootstrap: &str) -> Result<String, RunnerError> {
+    match client.exchange(&Secret::new(bootstrap.trim())).await {
+        Err(e) if e.is_unauthorized() && client.can_reauthenticate() => {
+            tracing::warn!(error = %e, "runner: bootstrap token refused; using the credential");
+            client.reauthenticate().await
+        }
+        other => other,
+    }
+}
+
 /// Runs the workload to completion and returns its exit code.
 pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
-    let client = Arc::new(CallbackClient::new(&args.callback_url, &ca_pem(&args)?)?);
-    let spiffe_id = client
-        .exchange(&Secret::new(args.bootstrap_token.trim()))
-        .await?;
+    let credential = args.credential.as_deref().map(|c| Secret::new(c.trim()));
+    let client = CallbackClient::new(&args.callback_url, &ca_pem(&args)?)?;
+    let client = Arc::new(client.with_credential(credential));
+    let spiffe_id = authenticate(&client, &args.bootstrap_token).await?;
     tracing::info!(%spiffe_id, "runner: authenticated");
     let workload = client.workload().await?;
-    report(&client, RunnerState::Starting, None, None).await?;
-    let heartbeats = tokio::spawn(heartbeat(client.clone(), args.heartbeat_interval));
+    let state: Shared = Arc::default();
+    report(&client, &state, RunnerState::Starting, None, None).await?;
+    let heartbeats = tokio::spawn(heartbeat(
+        client.clone(),
+        state.clone(),
+        args.heartbeat_interval,
+    ));
     let (logs_tx, logs_rx) = mpsc::channel(16 * 1024);
-    let shipper = tokio::spawn(ship_logs(client.clone(), logs_rx));
+    let shipper = tokio::spawn(shipper::ship(client.clone(), logs_rx));
     let started = executor::start(args.executor, &workload, &logs_tx);
     drop(logs_tx);
     let mut started = match started {
         Ok(started) => started,
         Err(e) => {
             let message = Some(e.to_string());
+            finish(&client, &state, 127, message).await?;
             heartbeats.abort();
-            report(&client, RunnerState::Exited, Some(127), message).await?;
             return Err(e);
         }
     };
-    report(&client, RunnerState::Running, None, None).await?;
+    report(&client, &state, RunnerState::Running, None, None).await?;
     let status = wait_forwarding_signals(&mut started.child).await;
     drop(started.env_file.take());
     if tokio::time::timeout(LOG_DRAIN_TIMEOUT, shipper)
@@ -174,13 +205,42 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     {
         tracing::warn!("runner: gave up waiting for the last log lines to be delivered");
     }
-    heartbeats.abort();
     let (code, message) = match status {
         Ok(status) => exit_code(status),
         Err(e) => (1, format!("failed to wait for the workload: {e}")),
     };
-    report(&client, RunnerState::Exited, Some(code), Some(message)).await?;
+    let reported = finish(&client, &state, code, Some(message)).await;
+    heartbeats.abort();
+    reported?;
     Ok(code)
+}
+
+/// Reports `Exited`, trying again for [`FINAL_REPORT_PATIENCE`] while the failure may pass (the
+/// node failing over); the caller keeps heartbeats going meanwhile.
+async fn finish(
+    client: &CallbackClient,
+    state: &Shared,
+    code: i32,
+    message: Option<String>,
+) -> Result<(), RunnerError> {
+    let deadline = tokio::time::Instant::now() + FINAL_REPORT_PATIENCE;
+    loop {
+        match report(
+            client,
+            state,
+            RunnerState::Exited,
+            Some(code),
+            message.clone(),
+        )
+        .await
+        {
+            Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "runner: the exit code is not delivered yet; trying again");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Waits for the workload. SIGTERM or SIGINT to the runner is passed on as SIGTERM (`docker run`
@@ -224,11 +284,15 @@ fn exit_code(status: std::process::ExitStatus) -> (i32, String) {
 
 async fn report(
     client: &CallbackClient,
+    shared: &Shared,
     state: RunnerState,
     exit_code: Option<i32>,
     message: Option<String>,
 ) -> Result<(), RunnerError> {
     tracing::info!(?state, ?exit_code, "runner: reporting state");
+    if state != RunnerState::Exited {
+        *shared.lock() = Some(state);
+    }
     let report = StatusReport {
         state,
         exit_code,
@@ -237,43 +301,14 @@ async fn report(
     client.status(&report).await
 }
 
-async fn heartbeat(client: Arc<CallbackClient>, every: Duration) {
+async fn heartbeat(client: Arc<CallbackClient>, state: Shared, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = client.heartbeat().await {
+        let now = *state.lock();
+        if let Err(e) = client.heartbeat(now).await {
             tracing::warn!(error = %e, "runner: heartbeat failed");
-        }
-    }
-}
-
-/// Sends log records in streamed requests of at most [`LOG_REQUEST_SPAN`] each, until every
-/// sender is gone.
-async fn ship_logs(client: Arc<CallbackClient>, logs: mpsc::Receiver<LogRecord>) {
-    let logs = Arc::new(Mutex::new(logs));
-    loop {
-        let Some(first) = logs.lock().await.recv().await else {
-            return;
-        };
-        let deadline = tokio::time::Instant::now() + LOG_REQUEST_SPAN;
-        let body = futures::stream::unfold(
-            (Some(first), logs.clone()),
-            move |(first, logs)| async move {
-                let record = match first {
-                    Some(record) => record,
-                    None => {
-                        let mut rx = logs.lock().await;
-                        tokio::time::timeout_at(deadline, rx.recv()).await.ok()??
-                    }
-                };
-                let mut line = serde_json::to_vec(&record).unwrap_or_default();
-                line.push(b'\n');
-                Some((Ok::<_, std::io::Error>(Bytes::from(line)), (None, logs)))
-            },
-        );
-        if let Err(e) = client.logs(body).await {
-            tracing::warn!(error = %e, "runner: failed to stream logs");
         }
     }
 }

@@ -1,9 +1,12 @@
 //! The cloud-init `user_data` that starts the runner on a rented VM.
 //!
-//! It carries the callback URL, the certificate to trust and the binding's bootstrap token. That
-//! token is one-time and expires within minutes: once the runner has exchanged it (seconds after
-//! boot), anyone who later reads the `user_data` (the cloud's metadata service, a console, a
-//! snapshot) finds nothing usable. It is visible on the VM's process list while the runner runs.
+//! It carries the callback URL, the certificate to trust, the binding's bootstrap token and its
+//! re-authentication credential. The token is one-time and expires within minutes. The
+//! credential is not: it lets the runner get a new session from whichever replica leads after
+//! a restart or failover, for this one binding, while the binding lives and until the node's
+//! runner identity is rotated; so whoever can read this `user_data` later (the cloud's
+//! metadata service, a console, a snapshot) can act as this binding's runner. Both are visible
+//! on the VM's process list while the runner runs.
 //!
 //! Not how the runner binary gets onto an image that lacks it beyond an optional download with a
 //! mandatory SHA-256 check.
@@ -15,7 +18,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde::Serialize;
 
 use super::executor::ExecutorKind;
-use crate::callback::BootstrapToken;
+use crate::callback::{BootstrapToken, Secret};
 
 /// Where the runner binary is on the VM unless configured otherwise.
 pub const DEFAULT_RUNNER_PATH: &str = "/usr/local/bin/neocloud-node";
@@ -64,6 +67,7 @@ pub fn render_user_data(
     callback_url: &str,
     ca_pem: &str,
     token: &BootstrapToken,
+    credential: &Secret,
     options: &UserDataOptions,
 ) -> String {
     let path = options.runner_path.clone();
@@ -102,6 +106,8 @@ pub fn render_user_data(
         format!("{}ms", options.heartbeat_interval.as_millis()),
         "--bootstrap-token".into(),
         token.expose().to_string(),
+        "--credential".into(),
+        credential.expose().to_string(),
     ]);
     runcmd.push(start);
     let yaml = serde_yaml::to_string(&CloudConfig { runcmd }).unwrap_or_default();
@@ -120,6 +126,7 @@ mod tests {
             "https://10.0.0.1:8443",
             "PEM",
             &token,
+            &Secret::new("ncr1:k:u:m"),
             &UserDataOptions::default(),
         );
         assert!(text.starts_with("#cloud-config\n"));
@@ -136,6 +143,7 @@ mod tests {
         };
         assert_eq!(flag("--callback-url"), "https://10.0.0.1:8443");
         assert_eq!(flag("--bootstrap-token"), "tok_abc");
+        assert_eq!(flag("--credential"), "ncr1:k:u:m");
         assert_eq!(flag("--ca-pem-base64"), STANDARD.encode("PEM"));
         assert_eq!(flag("--executor"), "docker");
     }
@@ -149,7 +157,8 @@ mod tests {
             }),
             ..UserDataOptions::default()
         };
-        let text = render_user_data("https://n:1", "PEM", &Secret::new("t"), &options);
+        let (token, credential) = (Secret::new("t"), Secret::new("c"));
+        let text = render_user_data("https://n:1", "PEM", &token, &credential, &options);
         let parsed: serde_yaml::Value = serde_yaml::from_str(&text).expect("yaml");
         let script = parsed["runcmd"][0][2].as_str().expect("script");
         assert!(script.contains("sha256sum -c"), "{script}");
