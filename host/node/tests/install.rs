@@ -202,6 +202,8 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
         &["create", "tokenreviews.authentication.k8s.io"],
         &["create", "subjectaccessreviews.authorization.k8s.io"],
         &["get", "namespaces/kube-system"],
+        &["create", "secrets", "-n", "aibrix-system"],
+        &["update", "secrets", "-n", "aibrix-system"],
         &[
             "patch",
             "burstpolicies.cloud.aibrix.ai",
@@ -227,6 +229,9 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
         &["get", "namespaces/default"],
         &["list", "namespaces"],
         &["update", "namespaces/kube-system"],
+        &["create", "secrets", "-n", "default"],
+        &["update", "secrets", "-n", "default"],
+        &["delete", "secrets", "-n", "aibrix-system"],
     ];
     for args in refused {
         assert!(

@@ -142,6 +142,12 @@ pub struct CloudPodBindingStatus {
     /// USD accrued by every instance of this binding so far.
     #[serde(default)]
     pub cost_accrued_usd: f64,
+    /// While `Releasing`: the phase the binding ends in once its instances are confirmed gone
+    /// (`Released`, `Failed` or `Succeeded`). The decision to end is written before anything is
+    /// deleted, so a release interrupted by an error or a restart finishes the same way instead
+    /// of placing the Pod again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ending: Option<BindingPhase>,
     /// The workload's exit code, when a VM runner reported that it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,

@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use neocloud_broker::{
     Broker, BrokerError, FallbackPolicy, OfferFilter, Placement, Planner, Renter, fill_unreported,
 };
-use neocloud_core::{InstanceState, WorkloadSpec};
+use neocloud_core::{AttemptOutcome, InstanceState, WorkloadSpec};
 
 use super::attempts::{attempted_providers, class_reason, ended_over_budget, from_record};
 use super::pod_status::DesiredPod;
@@ -171,7 +171,14 @@ impl Reconciler {
             Err(BrokerError::GaveUp {
                 reason, attempts, ..
             }) if ended_over_budget(&attempts) => {
-                self.wait(pod, &b, status, "OverBudget", reason).await
+                // The guard's refusal says what runs and what was asked; the ladder's reason
+                // only that no candidate was left.
+                let refusal = attempts.last().and_then(|a| match &a.outcome {
+                    AttemptOutcome::Failed { message, .. } => Some(message.clone()),
+                    _ => None,
+                });
+                let message = refusal.map_or(reason, |m| format!("{m}; planning again later"));
+                self.wait(pod, &b, status, "OverBudget", message).await
             }
             Err(BrokerError::GaveUp {
                 reason, attempts, ..

@@ -170,10 +170,17 @@ impl Reconciler {
     /// Moves a live Pod with a binding one step on.
     async fn drive(&self, pod: &Pod, b: CloudPodBinding) -> Result<Action, Error> {
         let status = b.status.clone().unwrap_or_default();
-        match status.phase {
-            BindingPhase::Released | BindingPhase::Failed | BindingPhase::Succeeded => {
+        let ending_phase = match status.phase {
+            BindingPhase::Releasing => status.ending,
+            p @ (BindingPhase::Released | BindingPhase::Failed | BindingPhase::Succeeded) => {
+                Some(p)
+            }
+            _ => None,
+        };
+        match ending_phase {
+            Some(phase) => {
                 let ending = Ending {
-                    phase: status.phase,
+                    phase,
                     reason: status.reason.clone().unwrap_or_else(|| "Released".into()),
                     message: status.message.clone().unwrap_or_default(),
                 };
@@ -182,20 +189,24 @@ impl Reconciler {
                 {
                     return Ok(Action::requeue(self.cfg.release_poll));
                 }
-                let mut want = match status.phase {
+                let mut want = match phase {
                     BindingPhase::Succeeded => DesiredPod {
                         phase: "Succeeded",
-                        ..DesiredPod::failed(&ending.reason, ending.message)
+                        ..DesiredPod::failed(&ending.reason, ending.message.clone())
                     },
-                    _ => DesiredPod::failed(&ending.reason, ending.message),
+                    _ => DesiredPod::failed(&ending.reason, ending.message.clone()),
                 };
                 if let Some(exit_code) = status.exit_code {
                     want.container = Container::Terminated {
-                        reason: ending.reason,
+                        reason: ending.reason.clone(),
                         exit_code,
                     };
                 }
-                self.set_pod(pod, &want).await?;
+                // A release that finishes here was decided (and its event published) when it
+                // started, unless it was interrupted before the Pod was told.
+                if self.set_pod(pod, &want).await? && phase == BindingPhase::Failed {
+                    self.event(pod, true, &ending.reason, ending.message).await;
+                }
                 Ok(Action::await_change())
             }
             _ if status.instance_id.is_some() => self.mirror(pod, b, status).await,

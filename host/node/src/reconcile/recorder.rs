@@ -19,7 +19,7 @@ use neocloud_core::{Attempt, AttemptOutcome, FailureClass};
 use serde_json::json;
 
 use super::Reconciler;
-use super::attempts::{rfc3339, to_record, upsert};
+use super::attempts::{BUDGET_EXCEEDED_CODE, rfc3339, to_record, upsert};
 use super::pod_status::DesiredPod;
 use crate::crd::{BindingPhase, CloudPodBinding, CloudPodBindingStatus};
 use crate::metrics::RentalOutcome;
@@ -147,6 +147,11 @@ impl AttemptRecorder for BindingRecorder<'_> {
             self.r
                 .metrics
                 .record_rental(attempt.provider, RentalOutcome::Failed(*class));
+            if code.as_deref() == Some(BUDGET_EXCEEDED_CODE) {
+                // Not a provider's answer: the Pod's single OverBudget event says it, instead of
+                // one event per candidate per retry while it waits.
+                return Ok(());
+            }
             let code = code
                 .as_deref()
                 .map(|c| format!(" [{c}]"))
@@ -184,6 +189,17 @@ impl AttemptRecorder for BindingRecorder<'_> {
             "after attempt {} failed ({}), {who} {sentence}",
             decision.attempt, decision.class
         );
+        let over_budget = status.attempts.iter().any(|a| {
+            a.number == decision.attempt
+                && a.message
+                    .as_deref()
+                    .is_some_and(|m| m.ends_with(&format!("[{BUDGET_EXCEEDED_CODE}]")))
+        });
+        if over_budget {
+            // Moving past candidates the budget refuses is the guard's doing, said once by the
+            // Pod's OverBudget event; the attempts keep the refusals.
+            return Ok(());
+        }
         tracing::info!(pod = %self.pod.name_any(), attempt = decision.attempt, action = decision.action_label(), decided_by = %by, "{note}");
         self.write(&status).await.map_err(|e| {
             format!(

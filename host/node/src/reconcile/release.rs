@@ -38,21 +38,28 @@ pub(super) enum Release {
 }
 
 impl Reconciler {
-    /// Releases `b`'s instances; see the module documentation.
+    /// Releases `b`'s instances; see the module documentation. The ending is written first
+    /// (phase `Releasing`, its reason and message), so that whatever interrupts the release,
+    /// the next reconcile carries on with it.
     pub(super) async fn release(
         &self,
         b: &CloudPodBinding,
         ending: &Ending,
     ) -> Result<Release, Error> {
         let mut status = b.status.clone().unwrap_or_default();
-        let waiting = self.delete_instances(b).await?;
+        let mut current = b.clone();
+        let decided = status.phase == ending.phase
+            || (status.phase == BindingPhase::Releasing && status.ending == Some(ending.phase));
+        if !decided {
+            status.phase = BindingPhase::Releasing;
+            status.ending = Some(ending.phase);
+            status.reason = Some(ending.reason.clone());
+            status.message = Some(ending.message.clone());
+            current = write_status(&self.client, b, &status).await?;
+        }
+        let waiting = self.delete_instances(&current).await?;
         if !waiting.is_empty() {
-            if status.phase != BindingPhase::Releasing {
-                status.phase = BindingPhase::Releasing;
-                status.reason = Some("Releasing".to_owned());
-                status.message = Some(format!("releasing: {}", waiting.join("; ")));
-                write_status(&self.client, b, &status).await?;
-            }
+            tracing::debug!(binding = %binding_key(b), waiting = %waiting.join("; "), "release not confirmed yet");
             return Ok(Release::Waiting(waiting.join("; ")));
         }
         let key = binding_key(b);
@@ -62,12 +69,12 @@ impl Reconciler {
             status.cost_accrued_usd = cost;
         }
         self.renter.ledger.forget(&key);
-        let mut current = b.clone();
         if status.phase != ending.phase || status.reason.as_deref() != Some(&ending.reason) {
             status.phase = ending.phase;
+            status.ending = None;
             status.reason = Some(ending.reason.clone());
             status.message = Some(ending.message.clone());
-            current = write_status(&self.client, b, &status).await?;
+            current = write_status(&self.client, &current, &status).await?;
         }
         self.drop_finalizer(&current).await?;
         Ok(Release::Done)

@@ -130,6 +130,17 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         budget: BudgetGuard::new(cfg.budget_usd_per_hour),
         ledger: Arc::new(CostLedger::new()),
     };
+    // What is already spent, before anything reads the budget (the Node's GPUs, the gauges) or
+    // rents against it; the reconciler counts it again, idempotently, before it starts.
+    let rebuilt = crate::reconcile::rebuild_budget(&client, &node_cfg.name, &renter)
+        .await
+        .context("failed to list the node's bindings to rebuild the cluster budget")?;
+    tracing::info!(
+        running = rebuilt.running,
+        in_flight = rebuilt.in_flight,
+        usd_per_hour = rebuilt.usd_per_hour,
+        "budget rebuilt from the bindings"
+    );
     tasks.spawn(
         "health",
         check_health(
