@@ -140,7 +140,8 @@ pub(crate) fn cel_error(field: &str, e: &CelError) -> PolicyError {
         | CelError::Parse { at, .. }
         | CelError::UnknownIdentifier { at, .. }
         | CelError::UnknownField { at, .. }
-        | CelError::WrongResultType { at, .. } => Some(*at),
+        | CelError::WrongResultType { at, .. }
+        | CelError::TypeMismatch { at, .. } => Some(*at),
         _ => None,
     };
     PolicyError {
