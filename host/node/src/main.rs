@@ -48,8 +48,36 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+/// Runs the command; a failure is printed once, as one line on stderr, with exit code 1.
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", one_message(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause the message already shows
+/// (many errors print their source in their own message).
+fn one_message(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
