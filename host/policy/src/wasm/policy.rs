@@ -186,6 +186,7 @@ impl WasmPolicy {
         let started = Instant::now();
         let (result, log) = run(self);
         let elapsed = started.elapsed();
+        log.emit(&self.inner.settings.name, role);
         if let Err(error) = &result {
             tracing::debug!(%error, label = error.label(), "policy failed");
         }
