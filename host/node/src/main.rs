@@ -83,6 +83,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(colour())
         .init();
     let out = match cli.command {
         Command::Run { config } => {
@@ -108,6 +109,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;
     Ok(())
+}
+
+/// Colour codes only for a person at a terminal (and not with `NO_COLOR`), never into a log
+/// file or a pipe.
+fn colour() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none()
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -1,6 +1,8 @@
 //! `neocloud-node policy check` through the real binary: a component that loads prints its
 //! description and exits 0; every failure (a missing file, a core Wasm module, a component of
 //! another world, a component without the role asked for) exits non-zero with one clear line.
+//! And `policy eval` writes the guest's log lines to the binary's log at the guest's level,
+//! without colour codes when stderr is not a terminal.
 //!
 //! Needs the guests built by `make policies` (or `NEOCLOUD_POLICIES_DIR`).
 
@@ -102,4 +104,41 @@ fn a_component_without_the_role_asked_for_fails_the_check() {
             "it implements pricing",
         ],
     );
+}
+
+#[test]
+fn guest_log_lines_reach_the_log_at_their_level_without_colour_codes_in_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let (workload, offers) = (dir.path().join("w.json"), dir.path().join("o.json"));
+    std::fs::write(&workload, "{}").unwrap();
+    let offer = serde_json::json!([{"provider": "vast", "gpu_model": "RTX 4090", "gpu_count": 1,
+        "gpu_memory_gib": 24, "price_per_hour": 0.4, "spot": true, "region": "us-east-1"}]);
+    std::fs::write(&offers, offer.to_string()).unwrap();
+    let pricing = guest("pricing-c");
+    let out = Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
+        .args(["policy", "eval", "--workload"])
+        .arg(&workload)
+        .arg("--offers")
+        .arg(&offers)
+        .arg(&pricing)
+        .env("RUST_LOG", "neocloud_policy::guest=debug")
+        .env_remove("NO_COLOR")
+        .output()
+        .expect("run neocloud-node");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains('\x1b'),
+        "colour codes in a pipe: {stderr:?}"
+    );
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("neocloud_policy::guest"))
+        .unwrap_or_else(|| panic!("no guest log line: {stderr}"));
+    assert!(line.contains("DEBUG"), "the guest logs at debug: {line}");
+    assert!(
+        line.contains(&format!("policy={}", pricing.display())),
+        "{line}"
+    );
+    assert!(line.contains("role=pricing"), "{line}");
 }
