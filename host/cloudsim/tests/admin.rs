@@ -19,7 +19,7 @@ impl<'de> serde::Deserialize<'de> for Keys {
         struct KeysVisitor;
         impl<'de> Visitor<'de> for KeysVisitor {
             type Value = Keys;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
