@@ -157,7 +157,8 @@ impl Default for RateLimit {
 #[serde(deny_unknown_fields)]
 pub struct OfferConfig {
     /// Vast ask id; assigned when absent (RunPod and Lambda have no offer ids on the wire).
-    #[serde(default)]
+    /// Not serialized: the market's offer carries the id in effect, beside these fields.
+    #[serde(default, skip_serializing)]
     pub id: Option<u64>,
     /// RunPod GPU type id, Lambda instance type name, or Vast `gpu_name`.
     pub gpu: String,

@@ -48,13 +48,42 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+/// Runs the command; a failure is printed once, as one line on stderr, with exit code 1.
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", one_message(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause the message already shows
+/// (many errors print their source in their own message).
+fn one_message(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(colour())
         .init();
     let out = match cli.command {
         Command::Run { config } => {
@@ -80,6 +109,12 @@ fn main() -> anyhow::Result<()> {
     };
     std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;
     Ok(())
+}
+
+/// Colour codes only for a person at a terminal (and not with `NO_COLOR`), never into a log
+/// file or a pipe.
+fn colour() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none()
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

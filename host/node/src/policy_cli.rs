@@ -1,6 +1,8 @@
 //! `neocloud-node policy ...`: operator commands for Wasm policies. `check` loads a component and
-//! prints what it is (or why it does not load), `eval` runs one decision on JSON inputs, and
-//! `bench` measures decisions per second with p50 and p99. Every command prints JSON.
+//! prints what it is, `eval` runs one decision on JSON inputs, and `bench` measures decisions
+//! per second with p50 and p99. Every command prints JSON when it succeeds; when it fails (the
+//! file is missing, is not a component, is a component of another world, lacks the role asked
+//! for) it returns the error, which the binary prints once and exits non-zero.
 //!
 //! Not for CEL policies, nor for anything the node does at runtime: it only drives
 //! `neocloud_policy::wasm`. Wiring (in main.rs):
@@ -31,10 +33,13 @@ use serde_json::{Value, json};
 /// `neocloud-node policy <command>`.
 #[derive(Debug, clap::Subcommand)]
 pub enum PolicyCommand {
-    /// Load a Wasm policy and print its world, exports, imports, digest and size, or the error.
+    /// Load a Wasm policy and print its world, roles, exports, imports, digest and size.
     Check {
         /// The component (.wasm).
         file: PathBuf,
+        /// Fail unless the component implements this role (repeatable).
+        #[arg(long, value_enum)]
+        role: Vec<RoleArg>,
     },
     /// Run one decision (placement, else pricing of each offer) and print it with its timing.
     Eval {
@@ -58,10 +63,28 @@ pub enum PolicyCommand {
     },
 }
 
+/// A role `check --role` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RoleArg {
+    Placement,
+    Fallback,
+    Pricing,
+}
+
+impl From<RoleArg> for Role {
+    fn from(r: RoleArg) -> Role {
+        match r {
+            RoleArg::Placement => Role::Placement,
+            RoleArg::Fallback => Role::Fallback,
+            RoleArg::Pricing => Role::Pricing,
+        }
+    }
+}
+
 /// Runs `command` and returns its JSON output (pretty-printed, newline-terminated).
 pub fn run(command: PolicyCommand) -> anyhow::Result<String> {
     let value = match command {
-        PolicyCommand::Check { file } => check(&file),
+        PolicyCommand::Check { file, role } => check(&file, &role)?,
         PolicyCommand::Eval {
             workload,
             offers,
@@ -87,19 +110,27 @@ fn load(file: &Path) -> anyhow::Result<WasmPolicy> {
     Ok(engine.load(&PolicySource::file(file), settings)?)
 }
 
-fn check(file: &Path) -> Value {
-    match load(file) {
-        Ok(policy) => {
-            let info = policy.info();
-            let roles: Vec<String> = info.roles.iter().map(Role::to_string).collect();
-            json!({
-                "ok": true, "file": file, "world": info.world, "roles": roles,
-                "exports": info.exports, "imports": info.imports,
-                "digest": format!("sha256:{}", info.digest), "size": info.size,
-            })
-        }
-        Err(error) => json!({ "ok": false, "file": file, "error": format!("{error:#}") }),
+fn check(file: &Path, wanted: &[RoleArg]) -> anyhow::Result<Value> {
+    let policy = load(file)?;
+    let info = policy.info();
+    let roles: Vec<String> = info.roles.iter().map(Role::to_string).collect();
+    if let Some(missing) = wanted
+        .iter()
+        .map(|r| Role::from(*r))
+        .find(|r| !info.roles.contains(r))
+    {
+        bail!(
+            "policy {} does not implement the {missing} role; it implements {} (world {})",
+            file.display(),
+            roles.join(", "),
+            info.world
+        );
     }
+    Ok(json!({
+        "ok": true, "file": file, "world": info.world, "roles": roles,
+        "exports": info.exports, "imports": info.imports,
+        "digest": format!("sha256:{}", info.digest), "size": info.size,
+    }))
 }
 
 fn eval(file: &Path, workload: &Path, offers: &Path) -> anyhow::Result<Value> {

@@ -241,6 +241,19 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
     }
 }
 
+/// Asserts that a sample's CEL loads (names, fields and operand types are checked at load).
+fn compiles(sample: &str, constraint: Option<&str>, rank: Option<&str>) {
+    let cel = neocloud_policy::cel::CelEngine::new(neocloud_policy::cel::CelLimits::default());
+    if let Some(src) = constraint {
+        let compiled = cel.compile_constraint(src);
+        compiled.unwrap_or_else(|e| panic!("{sample}: {e}"));
+    }
+    if let Some(src) = rank {
+        let compiled = cel.compile_rank(src);
+        compiled.unwrap_or_else(|e| panic!("{sample}: {e}"));
+    }
+}
+
 #[test]
 fn every_sample_pod_is_supported_and_every_sample_policy_parses() {
     let mut pods = 0;
@@ -256,13 +269,17 @@ fn every_sample_pod_is_supported_and_every_sample_policy_parses() {
         match doc["kind"].as_str() {
             Some("Pod") => {
                 let pod: Pod = serde_yaml::from_str(&text).unwrap();
-                neocloud_core::translate_pod(&pod)
+                let w = neocloud_core::translate_pod(&pod)
                     .unwrap_or_else(|e| panic!("{name} is refused: {e}"));
+                compiles(&name, w.constraint.as_deref(), w.rank.as_deref());
                 pods += 1;
             }
             Some("BurstPolicy") => {
-                let _: neocloud_node::crd::BurstPolicy = serde_yaml::from_str(&text)
+                let bp: neocloud_node::crd::BurstPolicy = serde_yaml::from_str(&text)
                     .unwrap_or_else(|e| panic!("{name} is not a BurstPolicy: {e}"));
+                if let Some(cel) = &bp.spec.cel {
+                    compiles(&name, cel.constraints.as_deref(), cel.rank.as_deref());
+                }
                 policies += 1;
             }
             other => panic!("{name}: unexpected kind {other:?}"),

@@ -1,8 +1,10 @@
 //! BurstPolicy objects on a real API server, loaded by the node's policy registry: CEL rules and
 //! Wasm components (from a path and from a ConfigMap) load and report their status; a CEL syntax
-//! error is reported with its field and position; `resolve` gives planners that rank as the
-//! policy decides, the host default when a policy is audited or fails with failurePolicy Ignore,
-//! and says why when a policy is missing or did not load.
+//! error and a CEL type error are reported with field and position; a Wasm policy that fails to
+//! load is named by its BurstPolicy name, and a missing ConfigMap says what to do instead;
+//! `resolve` gives planners that rank as the policy decides, the host default when a policy is
+//! audited or fails with failurePolicy Ignore, and says why when a policy is missing or did not
+//! load.
 //!
 //! Needs the guests built by `make policies` (or `NEOCLOUD_POLICIES_DIR`).
 
@@ -298,6 +300,66 @@ async fn a_wasm_policy_loads_from_a_config_map() {
     assert!(!s.loaded, "{s:?}");
     assert_eq!(s.errors[0].field, "spec.wasm.configMap");
     assert!(s.errors[0].message.contains("sha256") || s.errors[0].message.contains("digest"));
+}
+
+#[tokio::test]
+async fn a_cel_type_error_is_a_load_error_with_field_position_and_hint() {
+    let (ctx, _registry) = start("pol-cel-type").await;
+    let rules = json!({"cel": {
+        "constraints": "offer.gpu.memory_gib >= 24.0",
+        "rank": "offer.gpu.memory_gib / offer.price_per_hour",
+    }});
+    let bp = create(&ctx, "mixed", rules).await;
+    let s = status_of(&ctx, &bp).await;
+    assert!(!s.loaded, "{s:?}");
+    assert_eq!(s.errors.len(), 1, "int >= double compares in CEL: {s:?}");
+    let e = &s.errors[0];
+    assert_eq!(e.field, "spec.cel.rank");
+    assert_eq!((e.line, e.column), (Some(1), Some(22)));
+    assert!(e.message.contains("int and double"), "{e:?}");
+    assert!(e.message.contains("double(offer.gpu.memory_gib)"), "{e:?}");
+    assert!(s.conditions[0].message.contains("spec.cel.rank"), "{s:?}");
+}
+
+#[tokio::test]
+async fn a_wasm_policy_that_fails_to_load_is_named_by_its_burst_policy_name() {
+    let (ctx, _registry) = start("pol-wasm-bad").await;
+    let wrong = create(
+        &ctx,
+        "wrong-world",
+        json!({"wasm": {"path": guest("hostile-wrong-world")}}),
+    )
+    .await;
+    let missing_cm = json!({"namespace": ctx.namespace, "name": "absent", "key": "policy.wasm"});
+    let absent = create(
+        &ctx,
+        "absent-cm",
+        json!({"wasm": {"configMap": missing_cm}}),
+    )
+    .await;
+
+    let s = status_of(&ctx, &wrong).await;
+    assert!(!s.loaded, "{s:?}");
+    let message = &s.errors[0].message;
+    assert_eq!(s.errors[0].field, "spec.wasm.path");
+    assert!(
+        message.contains(&format!("policy {} (sha256:", wrong.name_any())),
+        "{message}"
+    );
+    assert!(message.contains("exports none"), "{message}");
+
+    let s = status_of(&ctx, &absent).await;
+    assert!(!s.loaded, "{s:?}");
+    let message = &s.errors[0].message;
+    assert_eq!(s.errors[0].field, "spec.wasm.configMap");
+    let no_cm = format!("configmap {}/absent does not exist", ctx.namespace);
+    for part in [
+        no_cm.as_str(),
+        "at most 1 MiB",
+        "spec.wasm.url with spec.wasm.sha256",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
 }
 
 #[tokio::test]

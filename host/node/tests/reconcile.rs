@@ -1,7 +1,8 @@
 //! The reconciler on the real control plane with the cloud simulators: Pods bound to the node go
 //! Running on each provider and are released on deletion with nothing billed after; a capacity
 //! failure falls back to another provider with both attempts recorded; no offer under the max
-//! price leaves the Pod Pending with nothing rented; an unsupported Pod is refused by field; a
+//! price leaves the Pod Pending with nothing rented; an unsupported Pod (or one whose CEL
+//! annotation mixes int and double) is refused by field; a
 //! force-deleted Pod's instance is released; a restarted reconciler adopts what it rented.
 
 use std::time::Duration;
@@ -235,6 +236,23 @@ async fn an_unsupported_pod_is_refused_by_field_and_nothing_is_rented() {
         message.contains("cloud.aibrix.ai/max-price") && message.contains("cheap"),
         "{message}"
     );
+    // int / double fails in CEL: refused when the annotation loads, not when it first runs.
+    let rank = json!({"cloud.aibrix.ai/rank": "offer.gpu.memory_gib / offer.price_per_hour"});
+    let mixed = world.create_pod("mixed-rank", rank).await;
+    let pod = world
+        .wait_pod(&mixed.name_any(), "refused", |p| {
+            reason(p) == Some("Unsupported")
+        })
+        .await;
+    let message = pod.status.unwrap().message.unwrap();
+    for part in [
+        "metadata.annotations[cloud.aibrix.ai/rank]",
+        "at 1:22",
+        "`/` is not defined for int and double",
+        "double(offer.gpu.memory_gib)",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
     assert!(world.sims.ledger().entries.is_empty());
 }
 

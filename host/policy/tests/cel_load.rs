@@ -306,3 +306,96 @@ fn compiled_expressions_and_the_engine_can_be_shared_between_threads() {
     });
     assert!(Arc::ptr_eq(&compiled, &other.join().unwrap()));
 }
+
+#[test]
+fn int_and_double_mixed_in_arithmetic_are_refused_at_load_with_a_hint() {
+    let err = engine()
+        .compile_rank("offer.gpu.memory_gib / offer.price_per_hour")
+        .unwrap_err();
+    let CelError::TypeMismatch {
+        kind,
+        problem,
+        hint,
+        at: pos,
+        ..
+    } = &err
+    else {
+        panic!("{err}")
+    };
+    assert_eq!(*kind, ExprKind::Rank);
+    assert_eq!(*pos, at(1, 22), "the operator's position");
+    assert!(
+        problem.contains("`/` is not defined for int and double"),
+        "{problem}"
+    );
+    assert_eq!(
+        hint,
+        "wrap the int side in double(): double(offer.gpu.memory_gib)"
+    );
+    let err = engine()
+        .compile_constraint("offer.price_per_hour * 2 < 3.0")
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("double(2)") && err.to_string().contains("at 1:22"),
+        "{err}"
+    );
+}
+
+#[test]
+fn operands_that_can_never_work_are_refused_at_load_naming_the_operator() {
+    let cases = [
+        ("offer.region < 3", "`<` cannot order string and int"),
+        (
+            "offer.price_per_hour && offer.spot",
+            "`&&` needs bool operands, not double",
+        ),
+        (
+            "'us' in offer.region",
+            "`in` needs a list or a map on its right, not string",
+        ),
+        (
+            "offer.region.startsWith(1)",
+            "`startsWith` needs strings, not int",
+        ),
+        (
+            "offer.disk_gib % 2.0 == 0",
+            "`%` is not defined for int and double",
+        ),
+        ("size(offer.gpu_count) > 0", "`size` is not defined for int"),
+    ];
+    for (src, problem) in cases {
+        let err = engine().compile_constraint(src).unwrap_err();
+        assert!(
+            matches!(err, CelError::TypeMismatch { .. }) && err.to_string().contains(problem),
+            "{src}: {err}"
+        );
+    }
+}
+
+#[test]
+fn numbers_of_both_types_still_compare_and_converted_arithmetic_loads() {
+    let engine = engine();
+    for src in [
+        "offer.gpu.memory_gib >= 40.0",
+        "offer.price_per_hour < 2",
+        "offer.gpu_count == 1.0",
+        "offer.region == 1",
+        "attempts.exists(a, a.provider == offer.provider) || size(attempts) < 3",
+        "workload.annotations['team'] + '-x' == 'ml-x'",
+        "'gold' in workload.annotations",
+    ] {
+        engine
+            .compile_constraint(src)
+            .unwrap_or_else(|e| panic!("{src}: {e}"));
+    }
+    for src in [
+        "double(offer.gpu.memory_gib) / offer.price_per_hour",
+        "offer.reliability * 10.0 - offer.price_per_hour",
+        "offer.gpu.memory_gib * offer.gpu_count",
+        "size(attempts) * 2",
+    ] {
+        engine
+            .compile_rank(src)
+            .unwrap_or_else(|e| panic!("{src}: {e}"));
+    }
+}

@@ -140,7 +140,8 @@ pub(crate) fn cel_error(field: &str, e: &CelError) -> PolicyError {
         | CelError::Parse { at, .. }
         | CelError::UnknownIdentifier { at, .. }
         | CelError::UnknownField { at, .. }
-        | CelError::WrongResultType { at, .. } => Some(*at),
+        | CelError::WrongResultType { at, .. }
+        | CelError::TypeMismatch { at, .. } => Some(*at),
         _ => None,
     };
     PolicyError {
@@ -216,22 +217,29 @@ async fn wasm_source(
 /// The bytes under `key` in the ConfigMap's `binaryData`, else its `data` as UTF-8 text.
 async fn config_map_bytes(client: &kube::Client, r: &ConfigMapKeyRef) -> Result<Vec<u8>, String> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &r.namespace);
+    let (ns, name, key) = (&r.namespace, &r.name, &r.key);
     let cm = api
-        .get_opt(&r.name)
+        .get_opt(name)
         .await
-        .map_err(|e| format!("failed to read configmap {}/{}: {e}", r.namespace, r.name))?
-        .ok_or_else(|| format!("configmap {}/{} does not exist", r.namespace, r.name))?;
-    if let Some(b) = cm.binary_data.as_ref().and_then(|d| d.get(&r.key)) {
+        .map_err(|e| format!("failed to read configmap {ns}/{name}: {e}"))?
+        .ok_or_else(|| format!("configmap {ns}/{name} does not exist; {CONFIG_MAP_HINT}"))?;
+    if let Some(b) = cm.binary_data.as_ref().and_then(|d| d.get(key)) {
         return Ok(b.0.clone());
     }
-    if let Some(text) = cm.data.as_ref().and_then(|d| d.get(&r.key)) {
+    if let Some(text) = cm.data.as_ref().and_then(|d| d.get(key)) {
         return Ok(text.clone().into_bytes());
     }
     Err(format!(
-        "configmap {}/{} has no key {} in binaryData or data",
-        r.namespace, r.name, r.key
+        "configmap {ns}/{name} has no key {key} in binaryData or data; {CONFIG_MAP_HINT}"
     ))
 }
+
+/// What to do about a missing ConfigMap or key: the API server refuses ConfigMaps over 1 MiB,
+/// so a larger component (any JavaScript or Python guest) never got there.
+const CONFIG_MAP_HINT: &str = "create it with `kubectl create configmap NAME \
+    --from-file=KEY=policy.wasm`; a ConfigMap holds at most 1 MiB, so a larger component \
+    (JavaScript and Python guests are 12 MB and more) must come from spec.wasm.path or \
+    spec.wasm.url with spec.wasm.sha256";
 
 fn load_wasm(
     engine: &WasmEngine,

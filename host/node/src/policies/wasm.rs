@@ -40,9 +40,6 @@ fn outcome<T: Debug>(
     e: Evaluation<T>,
 ) -> Result<Outcome<T>, PolicyError> {
     let name = &policy.settings().name;
-    for line in &e.log.lines {
-        tracing::debug!(policy = %name, role, message = %line.message, "policy log");
-    }
     match e.verdict {
         Verdict::Apply(answer) => Ok(Outcome::Answer(answer)),
         Verdict::Failed(error) => Err(PolicyError::new(name.clone(), error.to_string())),

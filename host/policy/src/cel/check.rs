@@ -1,14 +1,16 @@
 //! Load-time checks of a parsed expression: bracket nesting before parsing, then one walk of
 //! the tree that resolves every identifier against the declared variables (and the variables
 //! of enclosing comprehensions), checks field names against the schema, bounds the depth,
-//! estimates the worst-case cost and infers the result type where it can.
+//! estimates the worst-case cost, infers the result type where it can, and refuses calls whose
+//! operand types can never work together (the rules are in [`super::ops`]).
 //!
 //! Not a full CEL type-checker: what it cannot type is `dyn` and is checked when it runs.
 
-use cel::common::ast::{ComprehensionExpr, Expr, IdedExpr, LiteralValue, SourceInfo, operators};
+use cel::common::ast::{CallExpr, ComprehensionExpr, Expr, IdedExpr, LiteralValue, SourceInfo};
 
 use super::error::{CelError, ExprKind, Position, excerpt};
 use super::limits::CelLimits;
+use super::ops::{Refusal, call_type};
 use super::schema::{Ty, field_names, field_type, variable_type};
 
 /// Refuses sources that are too long or nest brackets too deeply, before the parser sees them.
@@ -112,19 +114,7 @@ impl<'a> Checker<'a> {
                     cost: on.cost + 1,
                 })
             }
-            Expr::Call(call) => {
-                let mut cost = 1;
-                let mut tys = Vec::with_capacity(call.args.len() + 1);
-                for arg in call.target.iter().map(|t| &**t).chain(call.args.iter()) {
-                    let c = self.check(arg, d)?;
-                    cost += c.cost;
-                    tys.push(c.ty);
-                }
-                Ok(Checked {
-                    ty: call_type(&call.func_name, &tys),
-                    cost,
-                })
-            }
+            Expr::Call(call) => self.call(e.id, call, d),
             Expr::Comprehension(c) => self.comprehension(c, d),
             Expr::List(l) => self.sum(l.elements.iter(), d, Ty::Dyn),
             Expr::Map(m) => self.sum(m.entries.iter().flat_map(entry_exprs), d, Ty::Dyn),
@@ -133,6 +123,45 @@ impl<'a> Checker<'a> {
                 ty: Ty::Dyn,
                 cost: 1,
             }),
+        }
+    }
+
+    /// Checks a call's operands, then the call itself: operands of types it can never accept
+    /// are refused with the operator's position and a hint.
+    fn call(&mut self, id: u64, call: &CallExpr, d: usize) -> Result<Checked, CelError> {
+        let mut cost = 1;
+        let operands: Vec<&IdedExpr> = call.target.iter().map(|t| &**t).chain(&call.args).collect();
+        let mut tys = Vec::with_capacity(operands.len());
+        for arg in &operands {
+            let c = self.check(arg, d)?;
+            cost += c.cost;
+            tys.push(c.ty);
+        }
+        match call_type(&call.func_name, call.target.is_some(), &tys) {
+            Ok(ty) => Ok(Checked { ty, cost }),
+            Err(refusal) => Err(self.mismatch(id, refusal, &operands)),
+        }
+    }
+
+    fn mismatch(&self, id: u64, r: Refusal, operands: &[&IdedExpr]) -> CelError {
+        let operand = r.operand.and_then(|i| Some((i, operands.get(i)?)));
+        let wrapped = operand
+            .zip(r.wrap_in)
+            .and_then(|((_, e), f)| Some((f, written(e)?)));
+        let hint = match (wrapped, operand) {
+            (Some((f, text)), _) => format!("{}: {f}({text})", r.hint),
+            (None, Some((i, _))) if operands.len() == 2 => {
+                let side = if i == 0 { "left" } else { "right" };
+                format!("{} (the {side} operand)", r.hint)
+            }
+            _ => r.hint,
+        };
+        CelError::TypeMismatch {
+            kind: self.kind,
+            problem: r.problem,
+            hint,
+            at: self.position(id),
+            expression: self.expression(),
         }
     }
 
@@ -230,49 +259,14 @@ fn literal_type(lit: &LiteralValue) -> Ty {
     }
 }
 
-/// The result type of a call, where the argument types decide it.
-fn call_type(name: &str, args: &[Ty]) -> Ty {
-    use operators as op;
-    match name {
-        op::LOGICAL_AND
-        | op::LOGICAL_OR
-        | op::LOGICAL_NOT
-        | op::EQUALS
-        | op::NOT_EQUALS
-        | op::LESS
-        | op::LESS_EQUALS
-        | op::GREATER
-        | op::GREATER_EQUALS
-        | op::IN
-        | op::NOT_STRICTLY_FALSE
-        | "startsWith"
-        | "endsWith"
-        | "contains"
-        | "matches" => Ty::Bool,
-        op::ADD | op::SUBSTRACT | op::MULTIPLY | op::DIVIDE | op::MODULO => match args {
-            [a, b] if a == b && a.is_number() => *a,
-            _ => Ty::Dyn,
-        },
-        op::NEGATE => args
-            .first()
-            .copied()
-            .filter(|t| t.is_number())
-            .unwrap_or(Ty::Dyn),
-        op::CONDITIONAL | op::INDEX => selection_type(name, args),
-        "size" | "int" => Ty::Int,
-        "double" => Ty::Double,
-        "string" => Ty::String,
-        "bool" => Ty::Bool,
-        _ => Ty::Dyn,
-    }
-}
-
-/// The result type of `c ? a : b` and of `x[i]`.
-fn selection_type(name: &str, args: &[Ty]) -> Ty {
-    match (name, args) {
-        (operators::CONDITIONAL, [_, a, b]) if a == b => *a,
-        (operators::INDEX, [Ty::MapString | Ty::ListString, _]) => Ty::String,
-        (operators::INDEX, [Ty::ListAttempt, _]) => Ty::Attempt,
-        _ => Ty::Dyn,
+/// How a field path (`offer.gpu.memory_gib`) or a number literal is written, for hints; `None`
+/// for anything else.
+fn written(e: &IdedExpr) -> Option<String> {
+    match &e.expr {
+        Expr::Ident(name) => Some(name.clone()),
+        Expr::Select(s) if !s.test => Some(format!("{}.{}", written(&s.operand)?, s.field)),
+        Expr::Literal(LiteralValue::Int(i)) => Some(i.inner().to_string()),
+        Expr::Literal(LiteralValue::Double(d)) => Some(d.inner().to_string()),
+        _ => None,
     }
 }

@@ -113,6 +113,14 @@ pub enum CelError {
         at: Position,
         expression: String,
     },
+    #[error("{kind} expression has a type error at {at} in `{expression}`: {problem}; {hint}")]
+    TypeMismatch {
+        kind: ExprKind,
+        problem: String,
+        hint: String,
+        at: Position,
+        expression: String,
+    },
     #[error(
         "{kind} expression may cost up to {cost} steps, more than the limit of {max}: `{expression}`"
     )]

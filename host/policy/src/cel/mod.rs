@@ -7,8 +7,10 @@
 //!
 //! [`CelEngine`] compiles an expression once (on a thread with a large stack) and caches it by
 //! source and kind. Loading refuses, with the line:column: sources over the length or nesting
-//! limits, unknown identifiers and fields, results of the wrong type when they can be told
-//! before running, and expressions whose worst-case cost is over the limit. Expressions made
+//! limits, unknown identifiers and fields, operands whose types can never work together (int
+//! and double in arithmetic, a string ordered against a number, ...) and results of the wrong
+//! type when they can be told before running, and expressions whose worst-case cost is over
+//! the limit. Expressions made
 //! only of fields, literals, operators and string tests run on a typed fast path with no
 //! allocation; the rest (comprehensions over `attempts`, conversions, regexes, ...) run on the
 //! `cel` crate's interpreter with one shared root context per batch. Both run under a deadline,
@@ -23,6 +25,7 @@ mod error;
 mod interp;
 mod limits;
 mod lower;
+mod ops;
 mod schema;
 mod typed;
 mod views;

@@ -99,7 +99,13 @@ impl WasmEngine {
         settings: PolicySettings,
     ) -> Result<WasmPolicy, WasmError> {
         let loaded = source::read(source)?;
-        let component = self.component(&loaded.digest, &loaded.bytes)?;
+        if is_core_module(&loaded.bytes) {
+            return Err(WasmError::CoreModule {
+                policy: settings.name,
+                digest: loaded.digest,
+            });
+        }
+        let component = self.component(&settings.name, &loaded.digest, &loaded.bytes)?;
         WasmPolicy::prepare(self.clone(), &component, &loaded, settings)
     }
 
@@ -129,7 +135,7 @@ impl WasmEngine {
 
     /// The compiled component for `digest`, compiling it at most once per engine configuration.
     /// Loads of different digests compile in parallel; loads of the same digest wait for one.
-    fn component(&self, digest: &str, bytes: &[u8]) -> Result<Component, WasmError> {
+    fn component(&self, name: &str, digest: &str, bytes: &[u8]) -> Result<Component, WasmError> {
         let key = (digest.to_owned(), self.inner.fingerprint);
         let slot = Arc::clone(self.inner.components.lock().entry(key).or_default());
         let mut slot = slot.lock();
@@ -140,12 +146,18 @@ impl WasmEngine {
         self.inner.from_bytes.fetch_add(1, Ordering::Relaxed);
         let component =
             Component::new(&self.inner.engine, bytes).map_err(|e| WasmError::Compile {
+                policy: name.to_owned(),
                 digest: digest.to_owned(),
                 message: format!("{e:#}"),
             })?;
         *slot = Some(component.clone());
         Ok(component)
     }
+}
+
+/// Whether `bytes` start like a core Wasm module (version 1), not a component (layer 1).
+fn is_core_module(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\0asm\x01\0\0\0")
 }
 
 fn open_disk_cache(dir: &std::path::PathBuf) -> Result<Cache, WasmError> {

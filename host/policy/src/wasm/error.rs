@@ -65,11 +65,10 @@ impl std::fmt::Display for Role {
 pub enum WasmError {
     #[error("failed to configure the wasm engine: {0}")]
     Engine(String),
-    #[error("failed to read policy file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    /// The I/O error is in the message and deliberately not a `source`, so that a report of
+    /// the whole chain does not say it twice.
+    #[error("failed to read policy file {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("failed to fetch policy from {url}: {message}")]
     Fetch { url: String, message: String },
     #[error("refused policy from {source_name}: {size} bytes is more than the {max} allowed")]
@@ -86,14 +85,31 @@ pub enum WasmError {
         expected: String,
         actual: String,
     },
-    #[error("failed to compile policy {digest}: {message}")]
-    Compile { digest: String, message: String },
     #[error(
-        "policy {digest} exports none of the neocloud:policy@0.1.0 roles (placement, fallback, pricing); it exports [{exports}]"
+        "policy {policy} (sha256:{digest}) is a core Wasm module, not a component; \
+         make it a component with `wasm-tools component new` against the neocloud:policy@0.1.0 WIT"
     )]
-    WrongWorld { digest: String, exports: String },
-    #[error("failed to link policy {digest}: {message}")]
-    Link { digest: String, message: String },
+    CoreModule { policy: String, digest: String },
+    #[error("failed to compile policy {policy} (sha256:{digest}): {message}")]
+    Compile {
+        policy: String,
+        digest: String,
+        message: String,
+    },
+    #[error(
+        "policy {policy} (sha256:{digest}) exports none of the neocloud:policy@0.1.0 roles (placement, fallback, pricing); it exports [{exports}]"
+    )]
+    WrongWorld {
+        policy: String,
+        digest: String,
+        exports: String,
+    },
+    #[error("failed to link policy {policy} (sha256:{digest}): {message}")]
+    Link {
+        policy: String,
+        digest: String,
+        message: String,
+    },
     #[error("policy {policy} does not implement the {role} role")]
     NotImplemented { policy: String, role: Role },
     #[error("policy {policy} failed to instantiate: {message}")]
@@ -118,7 +134,7 @@ impl WasmError {
             Self::Read { .. } | Self::Fetch { .. } => "source",
             Self::MissingDigest { .. } | Self::DigestMismatch { .. } => "digest",
             Self::TooLarge { .. } => "too-large",
-            Self::Compile { .. } => "compile",
+            Self::Compile { .. } | Self::CoreModule { .. } => "compile",
             Self::WrongWorld { .. } | Self::NotImplemented { .. } => "wrong-world",
             Self::Link { .. } | Self::Instantiate { .. } => "link",
             Self::Trap { kind, .. } => kind.label(),

@@ -12,6 +12,11 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::LogLevel;
 use super::bindings::neocloud::policy::log;
 use super::config::output_limits::{MAX_LOG_MESSAGE_BYTES, MAX_LOG_MESSAGES, MAX_STDIO_BYTES};
+use super::error::Role;
+
+/// The `tracing` target of the lines guests log (`RUST_LOG=neocloud_policy::guest=debug`
+/// shows their debug lines too).
+pub const GUEST_LOG_TARGET: &str = "neocloud_policy::guest";
 
 /// One line a guest logged during a decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +41,30 @@ impl DecisionLog {
         }
         let message = truncate_utf8(message, MAX_LOG_MESSAGE_BYTES).to_owned();
         self.lines.push(LogLine { level, message });
+    }
+
+    /// Writes every line to the host's log (target [`GUEST_LOG_TARGET`]) at the level the
+    /// guest gave it, with the policy's name and role as fields, and warns of lines dropped
+    /// past the limit.
+    pub fn emit(&self, policy: &str, role: Role) {
+        const T: &str = GUEST_LOG_TARGET;
+        for line in &self.lines {
+            let m = line.message.as_str();
+            match line.level {
+                LogLevel::Debug => tracing::debug!(target: T, policy = %policy, %role, "{m}"),
+                LogLevel::Info => tracing::info!(target: T, policy = %policy, %role, "{m}"),
+                LogLevel::Warn => tracing::warn!(target: T, policy = %policy, %role, "{m}"),
+            }
+        }
+        if self.dropped > 0 {
+            tracing::warn!(
+                target: T,
+                policy = %policy,
+                %role,
+                dropped = self.dropped,
+                "policy log: lines past the limit of {MAX_LOG_MESSAGES} per decision were dropped"
+            );
+        }
     }
 }
 
@@ -203,5 +232,75 @@ impl ResourceLimiter for Limiter {
 
     fn memories(&self) -> usize {
         16
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// What a `fmt` subscriber writes, shared with the test.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn emitted(log: &DecisionLog) -> Vec<String> {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .without_time()
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || log.emit("cheap-first", Role::Pricing));
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn guest_log_lines_reach_the_host_log_at_their_own_level_with_the_policy_name() {
+        let mut log = DecisionLog::default();
+        log.push(LogLevel::Debug, "looked at 3 offers");
+        log.push(LogLevel::Info, "accept spot bid 0.30");
+        log.push(LogLevel::Warn, "no on-demand reference price");
+        let lines = emitted(&log);
+        let expected = [
+            ("DEBUG", "looked at 3 offers"),
+            ("INFO", "accept spot bid 0.30"),
+            ("WARN", "no on-demand reference price"),
+        ];
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        for (line, (level, message)) in lines.iter().zip(expected) {
+            assert!(line.trim_start().starts_with(level), "{line}");
+            assert!(line.contains(GUEST_LOG_TARGET), "{line}");
+            assert!(line.contains(message), "{line}");
+            assert!(line.contains("policy=cheap-first"), "{line}");
+            assert!(line.contains("role=pricing"), "{line}");
+        }
+    }
+
+    #[test]
+    fn dropped_guest_log_lines_are_counted_in_a_warning() {
+        let mut log = DecisionLog::default();
+        for i in 0..MAX_LOG_MESSAGES + 2 {
+            log.push(LogLevel::Debug, &format!("line {i}"));
+        }
+        let lines = emitted(&log);
+        let last = lines.last().unwrap();
+        assert!(last.trim_start().starts_with("WARN"), "{last}");
+        assert!(last.contains("dropped=2"), "{last}");
     }
 }

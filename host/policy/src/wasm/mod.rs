@@ -46,7 +46,7 @@ pub use config::{
 };
 pub use engine::{EngineStats, WasmEngine};
 pub use error::{Role, TrapKind, WasmError};
-pub use host::{DecisionLog, LogLine};
+pub use host::{DecisionLog, GUEST_LOG_TARGET, LogLine};
 pub use info::PolicyInfo;
 pub use policy::WasmPolicy;
 pub use source::{MAX_COMPONENT_BYTES, PolicySource, sha256_hex};

@@ -58,6 +58,7 @@ impl WasmPolicy {
         settings: PolicySettings,
     ) -> Result<Self, WasmError> {
         let link_error = |e: wasmtime::Error| WasmError::Link {
+            policy: settings.name.clone(),
             digest: loaded.digest.clone(),
             message: format!("{e:#}"),
         };
@@ -86,6 +87,7 @@ impl WasmPolicy {
         let inner = &self.inner;
         if inner.info.roles.is_empty() {
             return Err(WasmError::WrongWorld {
+                policy: inner.settings.name.clone(),
                 digest: inner.info.digest.clone(),
                 exports: inner.info.exports.join(", "),
             });
@@ -103,6 +105,7 @@ impl WasmPolicy {
             Ok(())
         });
         result.map_err(|e| WasmError::Link {
+            policy: inner.settings.name.clone(),
             digest: inner.info.digest.clone(),
             message: e.to_string(),
         })
@@ -183,6 +186,7 @@ impl WasmPolicy {
         let started = Instant::now();
         let (result, log) = run(self);
         let elapsed = started.elapsed();
+        log.emit(&self.inner.settings.name, role);
         if let Err(error) = &result {
             tracing::debug!(%error, label = error.label(), "policy failed");
         }

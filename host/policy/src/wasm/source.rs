@@ -114,9 +114,9 @@ pub(crate) fn read(source: &PolicySource) -> Result<Loaded, WasmError> {
 }
 
 fn read_file(path: &std::path::Path) -> Result<Vec<u8>, WasmError> {
-    std::fs::read(path).map_err(|source| WasmError::Read {
+    std::fs::read(path).map_err(|error| WasmError::Read {
         path: path.display().to_string(),
-        source,
+        error,
     })
 }
 
