@@ -17,13 +17,24 @@ fn repo() -> PathBuf {
 }
 
 fn kubectl(ctx: &TestContext, args: &[&str]) -> Output {
-    let out = ctx
-        .control_plane
-        .kubectl()
-        .current_dir(repo())
-        .args(args)
-        .output()
-        .unwrap();
+    let run = || {
+        ctx.control_plane
+            .kubectl()
+            .current_dir(repo())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let mut out = run();
+    // Tests of this binary apply the same cluster-scoped objects (the aibrix-system Namespace)
+    // at once; a client-side apply that loses the race between its get and its create says
+    // AlreadyExists, and applying again finds the object.
+    for _ in 0..3 {
+        if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("AlreadyExists") {
+            break;
+        }
+        out = run();
+    }
     assert!(
         out.status.success(),
         "kubectl {args:?} failed:\n{}\n{}",
