@@ -1,7 +1,9 @@
 //! `neocloud-node run` as a process on the real control plane with the simulators: killed with
 //! SIGKILL at random points of creates and deletes, fifty times in a row, and restarted, it leaves
 //! exactly one instance per live Pod and none for deleted Pods; with two replicas, the standby
-//! takes over when the leader dies, and serves readiness and metrics.
+//! takes over when the leader dies, and serves readiness and metrics; and a chaos run kills
+//! whichever of two replicas leads, again and again, while Pods come and go, the simulators
+//! inject faults and a cluster budget caps the spend.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -11,7 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
-use neocloud_cloudsim::CloudSim;
+use neocloud_cloudsim::{CloudSim, FaultKind, FaultRule};
 use neocloud_node::crd::CloudPodBinding;
 use neocloud_testenv::TestContext;
 use serde_json::json;
@@ -71,6 +73,12 @@ impl World {
             .env("RUNPOD_API_BASE_URL", self.sims.runpod.base_url())
             .env("VAST_API_KEY", self.sims.vast.api_key())
             .env("VAST_API_BASE_URL", self.sims.vast.base_url())
+            .env("LAMBDA_API_KEY", self.sims.lambda.api_key())
+            .env("LAMBDA_API_BASE_URL", self.sims.lambda.base_url())
+            .env(
+                "LAMBDA_SSH_KEY_NAME",
+                neocloud_cloudsim::config::DEFAULT_SSH_KEY,
+            )
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())
             .stderr(log)
@@ -315,4 +323,209 @@ async fn a_standby_replica_takes_over_when_the_leader_dies() {
     assert_eq!(world.sims.ledger().live().len(), 1);
     let pod = world.pods().get("second").await.unwrap();
     assert_eq!(pod.name_any(), "second");
+}
+
+/// The three simulators' live spend, USD per hour.
+fn live_spend(sims: &CloudSim) -> f64 {
+    sims.ledger()
+        .live()
+        .iter()
+        .map(|e| e.price_per_hour)
+        .fold(0.0, |a, b| a + b)
+}
+
+/// Sleeps `d`, sampling the live spend every 100 ms; returns the highest seen.
+async fn sample_spend(sims: &CloudSim, d: Duration) -> f64 {
+    let until = tokio::time::Instant::now() + d;
+    let mut most = live_spend(sims);
+    while tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        most = most.max(live_spend(sims));
+    }
+    most
+}
+
+/// The pid of the replica holding the node's Lease, if one does.
+async fn leader_pid(world: &World) -> Option<u32> {
+    let leases: Api<Lease> = Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
+    let lease = leases
+        .get_opt(&format!("neocloud-node-{}", world.node))
+        .await
+        .ok()??;
+    let holder = lease.spec?.holder_identity?;
+    holder
+        .strip_prefix(&format!("{}-", world.node))?
+        .parse()
+        .ok()
+}
+
+/// Arms one fault of the ones a cloud throws at creates, on a random simulator.
+fn arm_fault(world: &World, rng: &mut Lcg) -> &'static str {
+    let kinds = [
+        ("capacity", FaultKind::CapacityExhausted),
+        (
+            "429",
+            FaultKind::RateLimited {
+                retry_after_secs: 1,
+            },
+        ),
+        ("5xx", FaultKind::ServerError { status: 503 }),
+        ("lost response", FaultKind::LostResponse),
+        ("slow", FaultKind::Slow { delay_ms: 1500 }),
+    ];
+    let (label, kind) = kinds[rng.next(kinds.len() as u64) as usize].clone();
+    let rule = |route| FaultRule::next(route, 1, kind.clone());
+    match rng.next(3) {
+        0 => world.sims.runpod.add_fault(rule("POST /v2/pods")),
+        1 => world.sims.vast.add_fault(rule("PUT /api/v0/asks/{id}/")),
+        _ => world
+            .sims
+            .lambda
+            .add_fault(rule("POST /api/v1/instance-operations/launch")),
+    };
+    label
+}
+
+/// How many SIGKILLs the chaos run deals: `NEOCLOUD_CHAOS_KILLS`, 20 by default (the short form
+/// `make verify` runs; docs/BENCHMARKS.md records a run of 200).
+fn chaos_kills() -> u32 {
+    std::env::var("NEOCLOUD_CHAOS_KILLS")
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("NEOCLOUD_CHAOS_KILLS: {v:?} is not a count"))
+        })
+        .unwrap_or(20)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_leaders_killed_at_random_under_faults_and_a_budget_keep_every_promise() {
+    const CAP: f64 = 1.5;
+    let world = World::new("run-chaos").await;
+    let kills = chaos_kills();
+    let config = |port: u16| {
+        let yaml = format!(
+            "clusterId: chaos\n\
+             node: {{name: {node}, leaseRenewSeconds: 1, kubeletPort: {kubelet}}}\n\
+             providers: [runpod, vast, lambda]\n\
+             installCrds: true\n\
+             budgetUsdPerHour: {CAP}\n\
+             metricsAddress: 127.0.0.1:{port}\n\
+             healthIntervalSeconds: 1\n\
+             leaderElection: {{namespace: {ns}, leaseDurationSeconds: 2, renewGraceSeconds: 1}}\n\
+             reconciler: {{pollIntervalMs: 300, retryIntervalMs: 1000}}\n\
+             sweeper: {{intervalSeconds: 2, graceSeconds: 4}}\n",
+            node = world.node,
+            ns = world.ctx.namespace,
+            kubelet = free_port(),
+        );
+        let path = world.dir.path().join(format!("chaos-{port}.yaml"));
+        std::fs::write(&path, yaml).unwrap();
+        path
+    };
+    let mut rng = Lcg(0xc4a05);
+    let mut replicas: Vec<Child> = (0..2)
+        .map(|i| world.spawn(&config(free_port()), &format!("chaos-start-{i}.log")))
+        .collect();
+    let (mut live, mut deleted) = (Vec::<String>::new(), Vec::<String>::new());
+    let (mut faults, mut most, mut created) = (0u32, 0.0f64, 0u32);
+    for i in 0..kills {
+        if rng.next(3) > 0 || live.len() < 2 {
+            let name = format!("c-{i:03}");
+            world.create_pod(&name).await;
+            live.push(name);
+            created += 1;
+        } else {
+            let name = live.remove(rng.next(live.len() as u64) as usize);
+            let _ = world.pods().delete(&name, &DeleteParams::default()).await;
+            deleted.push(name);
+        }
+        for _ in 0..2 {
+            arm_fault(&world, &mut rng);
+            faults += 1;
+        }
+        // A leader takes up to the lease term to step in; then something is under way.
+        let wait = Duration::from_millis(1500 + rng.next(2500));
+        most = most.max(sample_spend(&world.sims, wait).await);
+        if let Some(pid) = leader_pid(&world).await
+            && let Some(at) = replicas.iter().position(|r| r.id() == Some(pid))
+        {
+            let mut dead = replicas.remove(at);
+            dead.start_kill().unwrap();
+            dead.wait().await.unwrap();
+            replicas.push(world.spawn(&config(free_port()), &format!("chaos-{i:03}.log")));
+        }
+    }
+    let last_kill = tokio::time::Instant::now();
+    world.sims.runpod.clear_faults();
+    world.sims.vast.clear_faults();
+    world.sims.lambda.clear_faults();
+    // Converged: every live Pod Running, or Pending with a reason; every deleted Pod gone.
+    let deadline = last_kill + Duration::from_secs(240);
+    loop {
+        most = most.max(live_spend(&world.sims));
+        let mut settled = true;
+        for name in &live {
+            let pod = world.pods().get(name).await.unwrap();
+            let status = pod.status.unwrap_or_default();
+            let ok = match status.phase.as_deref() {
+                Some("Running") => true,
+                Some("Pending") => {
+                    matches!(status.reason.as_deref(), Some("OverBudget" | "NoOffer"))
+                }
+                _ => false,
+            };
+            settled &= ok;
+        }
+        for name in &deleted {
+            settled &= world.pods().get_opt(name).await.unwrap().is_none();
+        }
+        if settled {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not converged 240 s after the last kill\n{}",
+            world.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let converged = last_kill.elapsed();
+    // One sweep (2 s) past the grace (4 s) removes anything no binding explains.
+    most = most.max(sample_spend(&world.sims, Duration::from_secs(8)).await);
+    let bindings: Api<CloudPodBinding> =
+        Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
+    let mut want = Vec::new();
+    for name in &live {
+        let b = bindings.get(name).await.unwrap();
+        if b.status.and_then(|s| s.instance_id).is_some() {
+            want.push(b.spec.external_name);
+        }
+    }
+    let ledger = world.sims.ledger();
+    let mut got: Vec<String> = ledger.live().iter().map(|e| e.name.clone()).collect();
+    got.sort();
+    want.sort();
+    let rentals = ledger.entries.len();
+    println!(
+        "chaos: {kills} SIGKILLs survived, {created} Pods created, {} deleted, {faults} faults \
+         armed, {rentals} rentals, {} live; highest spend ${most:.4}/h of ${CAP}/h; converged \
+         {:.1} s after the last kill",
+        deleted.len(),
+        got.len(),
+        converged.as_secs_f64()
+    );
+    assert!(
+        most <= CAP + 1e-9,
+        "spend reached ${most}/h over the ${CAP}/h cap"
+    );
+    assert!(
+        ledger.duplicate_live_names().is_empty(),
+        "rented twice: {got:?}"
+    );
+    assert_eq!(
+        got, want,
+        "live instances are not exactly one per placed live Pod"
+    );
+    assert!(!want.is_empty(), "no Pod was ever placed");
 }
