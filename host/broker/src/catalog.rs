@@ -14,6 +14,8 @@ use neocloud_providers::{Operation, Provider, ProviderError};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use crate::backoff::ProviderBackoff;
+
 /// Catalog settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CatalogConfig {
@@ -58,9 +60,10 @@ struct Inner {
     providers: Vec<Arc<dyn Provider>>,
     config: CatalogConfig,
     entries: Mutex<HashMap<Key, Entry>>,
+    backoff: ProviderBackoff,
 }
 
-/// The catalog. Cloning is cheap and shares the cache.
+/// The catalog. Cloning is cheap and shares the cache (and the providers' back-off).
 #[derive(Debug, Clone)]
 pub struct Catalog {
     inner: Arc<Inner>,
@@ -79,6 +82,7 @@ impl Catalog {
             providers,
             config,
             entries: Mutex::new(HashMap::new()),
+            backoff: ProviderBackoff::default(),
         };
         Catalog {
             inner: Arc::new(inner),
@@ -88,6 +92,11 @@ impl Catalog {
     /// The enabled providers, in order.
     pub fn provider_ids(&self) -> Vec<ProviderId> {
         self.inner.providers.iter().map(|p| p.id()).collect()
+    }
+
+    /// What each provider asked for (429s, transient failures): shared by every Pod.
+    pub fn backoff(&self) -> &ProviderBackoff {
+        &self.inner.backoff
     }
 
     /// The provider with this id, if enabled.

@@ -4,6 +4,7 @@
 //!
 //! It is provider-neutral and knows nothing of Kubernetes: the virtual node consumes it.
 
+pub mod backoff;
 pub mod broker;
 pub mod budget;
 pub mod catalog;
@@ -20,6 +21,7 @@ pub mod price_guard;
 pub mod record;
 pub mod rent;
 
+pub use backoff::ProviderBackoff;
 pub use broker::{Broker, CostSnapshot, Placement};
 pub use budget::{BudgetExceeded, BudgetGuard, Reservation};
 pub use catalog::{Catalog, CatalogConfig, CatalogView};

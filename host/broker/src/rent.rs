@@ -295,6 +295,14 @@ impl Renter {
         let provider = ready.provider.clone();
         self.announce_wait(provider.as_ref(), recorder).await;
         let mut result = self.create(req, ready).await;
+        match &result {
+            Ok(_) => self.catalog.backoff().succeeded(offer.provider),
+            Err(e) => {
+                self.catalog
+                    .backoff()
+                    .failed(offer.provider, e.class, e.retry_after);
+            }
+        }
         if let Err(e) = &mut result
             && e.class == FailureClass::Capacity
             && self.offer_gone(req, offer).await
@@ -326,6 +334,18 @@ impl Renter {
         candidate: &Candidate,
     ) -> Result<Ready, Refused> {
         let offer = &candidate.offer;
+        if let Some((left, why)) = self.catalog.backoff().remaining(offer.provider) {
+            return Err(Refused {
+                class: FailureClass::RateLimited,
+                code: Some("provider-backoff".to_owned()),
+                message: format!(
+                    "{} is not called for {:.1}s more: {why}",
+                    offer.provider,
+                    left.as_secs_f64()
+                ),
+                retry_after: Some(left),
+            });
+        }
         let query = OfferQuery::for_workload(req.workload);
         let fresh = self
             .catalog

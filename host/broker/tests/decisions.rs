@@ -147,3 +147,49 @@ fn a_price_or_gpu_count_the_provider_leaves_out_comes_from_what_was_rented() {
         "reported values stay"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_that_answered_429_is_called_by_no_pod_until_its_back_off_ends() {
+    let world = World::new(
+        &[offer(V, "v1", "A40", 0.3), offer(R, "r1", "A40", 0.5)],
+        None,
+        LadderLimits::default(),
+    );
+    world.fake(V).fail_next_create(FailureClass::RateLimited);
+    let (first, _) = world.rent(&workload(), "nc-first").await;
+    // The first workload waited out the back-off and rented on Vast.
+    assert_eq!(first.unwrap().instance.provider, V);
+    let creates = world.fake(V).calls().create;
+    world.fake(V).fail_next_create(FailureClass::RateLimited);
+    // A 429 to one workload...
+    let (second, _) = world.rent(&workload(), "nc-second").await;
+    assert_eq!(second.unwrap().instance.provider, V);
+    assert_eq!(world.fake(V).calls().create, creates + 2);
+    world.fake(V).fail_next_create(FailureClass::RateLimited);
+    let limited = world
+        .renter
+        .catalog
+        .backoff()
+        .failed(V, FailureClass::RateLimited, None);
+    assert!(limited.is_some());
+    let before = world.fake(V).calls().create;
+    // ...keeps every other workload off that provider while it backs off: the refusal is a
+    // rate limit with the time left, never a call.
+    let (third, recorder) = world.rent(&workload(), "nc-third").await;
+    let third = third.unwrap();
+    let attempts = recorder.attempts.lock().clone();
+    let refused = attempts
+        .iter()
+        .find(|a| a.failure() == Some(FailureClass::RateLimited))
+        .expect("a refusal while backing off");
+    match &refused.outcome {
+        neocloud_core::AttemptOutcome::Failed { code, message, .. } => {
+            assert_eq!(code.as_deref(), Some("provider-backoff"));
+            assert!(message.contains("vast is not called for"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // After the wait the provider was called again.
+    assert_eq!(third.instance.provider, V);
+    assert!(world.fake(V).calls().create > before);
+}

@@ -310,7 +310,25 @@ fn error_policy<K>(_: Arc<K>, e: &Error, r: Arc<Reconciler>) -> Action {
         Error::Provider(p) => p.metric_label(),
         Error::Invalid(_) => "invalid",
     });
-    Action::requeue(Duration::from_secs(2))
+    // A provider's 429 or repeated 5xx backs that provider off for every Pod (its Retry-After,
+    // or a capped exponential delay); anything else is retried after about 2 s. Jitter keeps
+    // the Pods that failed together from coming back together.
+    let wait = match e {
+        Error::Provider(p) => r
+            .renter
+            .catalog
+            .backoff()
+            .failed(p.provider, p.class, p.retry_after),
+        _ => None,
+    };
+    Action::requeue(jittered(wait.unwrap_or(Duration::from_secs(2))))
+}
+
+/// `d` within plus or minus 20%, at least 100 ms.
+fn jittered(d: Duration) -> Duration {
+    use rand::Rng;
+    d.mul_f64(rand::rng().random_range(0.8..=1.2))
+        .max(Duration::from_millis(100))
 }
 
 /// At most `max` bytes, cut at a character boundary.

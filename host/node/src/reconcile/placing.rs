@@ -68,6 +68,15 @@ impl Reconciler {
         b: CloudPodBinding,
         status: CloudPodBindingStatus,
     ) -> Result<Action, Error> {
+        // An instance of unknown fate is looked up before anything is rented: while a provider
+        // it may live on backs off, the Pod waits rather than rent elsewhere.
+        if let Some((left, why)) = attempted_providers(&status)
+            .into_iter()
+            .find_map(|p| self.backing_off(Some(p)))
+        {
+            tracing::debug!(pod = %pod.name_any(), %why, "waiting for a provider's back-off");
+            return Ok(Action::requeue(left));
+        }
         if let Some(found) = self.find_rented(&b, &status).await? {
             return self.adopt(pod, &b, status, found).await;
         }

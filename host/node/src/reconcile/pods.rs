@@ -234,6 +234,10 @@ impl Reconciler {
                     status.provider
                 ))
             })?;
+        if let Some((left, why)) = self.backing_off(provider_id) {
+            tracing::debug!(pod = %pod.name_any(), %why, "not polling the instance while its provider backs off");
+            return Ok(Action::requeue(left));
+        }
         let instance = provider.get(&instance_id).await?;
         let runner = self.runner_status(pod, provider_id).await;
         let (reason, message) = match &instance {
@@ -328,6 +332,11 @@ impl Reconciler {
         }
         self.event(pod, true, reason, message.clone()).await;
         self.fail(pod, &b, reason, message).await
+    }
+
+    /// How long `provider` still backs off (a 429 or repeated failures), and why.
+    pub(super) fn backing_off(&self, provider: Option<ProviderId>) -> Option<(Duration, String)> {
+        self.renter.catalog.backoff().remaining(provider?)
     }
 
     /// Whether the provider now reports a price for the running instance other than the one

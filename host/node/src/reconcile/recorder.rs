@@ -129,12 +129,17 @@ impl AttemptRecorder for BindingRecorder<'_> {
         }
         let mut status = self.status();
         upsert(&mut status, to_record(attempt, Utc::now()));
-        status.phase = BindingPhase::Provisioning;
-        status.reason = Some("Provisioning".to_owned());
-        status.message = Some(format!(
-            "attempt {} on {} offer {}",
-            attempt.number, attempt.provider, attempt.offer_id
-        ));
+        let refused_by_budget = matches!(&attempt.outcome,
+            AttemptOutcome::Failed { code: Some(code), .. } if code == BUDGET_EXCEEDED_CODE);
+        // A budget refusal calls no provider: a Pod waiting OverBudget keeps saying so.
+        if !refused_by_budget {
+            status.phase = BindingPhase::Provisioning;
+            status.reason = Some("Provisioning".to_owned());
+            status.message = Some(format!(
+                "attempt {} on {} offer {}",
+                attempt.number, attempt.provider, attempt.offer_id
+            ));
+        }
         self.write(&status)
             .await
             .map_err(|e| format!("failed to write attempt {}: {e}", attempt.number))?;

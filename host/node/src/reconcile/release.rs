@@ -98,6 +98,13 @@ impl Reconciler {
         }
         let mut waiting = Vec::new();
         for id in providers {
+            if let Some((left, why)) = self.renter.catalog.backoff().remaining(id) {
+                waiting.push(format!(
+                    "{id} is not called for {:.1}s more ({why})",
+                    left.as_secs_f64()
+                ));
+                continue;
+            }
             let Some(provider) = self.renter.catalog.provider(id) else {
                 waiting.push(format!(
                     "provider {id} is not enabled on this node, so {name} cannot be released there"
