@@ -464,7 +464,7 @@ async fn chaos_leaders_killed_at_random_under_faults_and_a_budget_keep_every_pro
     let deadline = last_kill + Duration::from_secs(240);
     loop {
         most = most.max(live_spend(&world.sims));
-        let mut settled = true;
+        let mut unsettled = Vec::new();
         for name in &live {
             let pod = world.pods().get(name).await.unwrap();
             let status = pod.status.unwrap_or_default();
@@ -475,17 +475,25 @@ async fn chaos_leaders_killed_at_random_under_faults_and_a_budget_keep_every_pro
                 }
                 _ => false,
             };
-            settled &= ok;
+            if !ok {
+                unsettled.push(format!(
+                    "{name}: {:?} {:?} {:?}",
+                    status.phase, status.reason, status.message
+                ));
+            }
         }
         for name in &deleted {
-            settled &= world.pods().get_opt(name).await.unwrap().is_none();
+            if world.pods().get_opt(name).await.unwrap().is_some() {
+                unsettled.push(format!("{name}: deleted but still there"));
+            }
         }
-        if settled {
+        if unsettled.is_empty() {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "not converged 240 s after the last kill\n{}",
+            "not converged 240 s after the last kill:\n{}\n{}",
+            unsettled.join("\n"),
             world.logs()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
