@@ -3,8 +3,6 @@
 //!
 //! Not for Kubernetes concerns (bindings, events, finalizers): the node maps those onto this.
 
-use std::sync::Arc;
-
 use chrono::{DateTime, Utc};
 use neocloud_core::{Attempt, OfferQuery, WorkloadSpec};
 
@@ -115,12 +113,6 @@ impl Broker {
 
     /// Cost figures at `now`.
     pub fn costs(&self, now: DateTime<Utc>) -> CostSnapshot {
-        let budget = Arc::clone(&self.renter.budget);
-        CostSnapshot {
-            burn_usd_per_hour: self.renter.ledger.burn_rate_usd_per_hour(),
-            in_flight_usd_per_hour: budget.in_flight_usd_per_hour(),
-            cap_usd_per_hour: budget.cap_usd_per_hour(),
-            bindings: self.renter.ledger.snapshot(now),
-        }
+        self.renter.costs(now)
     }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use neocloud_core::{
     Attempt, AttemptOutcome, FailureClass, FallbackAction, InstanceState, Offer, OfferQuery,
     ProviderId, WorkloadSpec,
@@ -76,6 +76,16 @@ pub struct Renter {
 }
 
 impl Renter {
+    /// Cost figures at `now`: the burn rate, what is in flight, the cap, and each binding's.
+    pub fn costs(&self, now: DateTime<Utc>) -> crate::CostSnapshot {
+        crate::CostSnapshot {
+            burn_usd_per_hour: self.ledger.burn_rate_usd_per_hour(),
+            in_flight_usd_per_hour: self.budget.in_flight_usd_per_hour(),
+            cap_usd_per_hour: self.budget.cap_usd_per_hour(),
+            bindings: self.ledger.snapshot(now),
+        }
+    }
+
     /// Rents one of the plan's candidates, or explains why none could be rented.
     pub async fn rent(
         &self,

@@ -19,6 +19,8 @@
 
 #![allow(clippy::print_stdout, reason = "a benchmark binary reports on stdout")]
 
+#[path = "load/apiserver.rs"]
+mod apiserver;
 #[path = "load/proc_stats.rs"]
 mod proc_stats;
 #[path = "load/tracker.rs"]
@@ -36,6 +38,7 @@ use neocloud_testenv::TestContext;
 use serde_json::json;
 use tokio::process::{Child, Command};
 
+use apiserver::Requests;
 use proc_stats::Usage;
 use tracker::Tracker;
 
@@ -135,6 +138,11 @@ struct Row {
     at_end: Usage,
     log: PathBuf,
     log_warnings: usize,
+    /// Requests the API server served from the first create to all Running, without the
+    /// bench's own creates.
+    requests_up: Requests,
+    /// Requests it served from the delete to all gone, without the bench's own delete.
+    requests_down: Requests,
 }
 
 fn main() {
@@ -185,6 +193,7 @@ async fn measure(
     let tracker = Tracker::start(pods.clone());
     tracker.wait_synced().await;
 
+    let served_before = Requests::read(&ctx.client).await;
     let started = Instant::now();
     create_pods(&pods, node, settings).await;
     eprintln!(
@@ -197,6 +206,7 @@ async fn measure(
         .await;
     let up = done.then(|| started.elapsed());
     let at_running = Usage::read(pid);
+    let served_up = Requests::read(&ctx.client).await;
     let running_at_end = tracker.counts().running;
     if !done {
         report_stuck(&pods, &log).await;
@@ -217,6 +227,7 @@ async fn measure(
         report_stuck(&pods, &log).await;
     }
     let at_end = Usage::read(pid);
+    let served_down = Requests::read(&ctx.client).await;
     eprintln!("   deleted after {:.1}s", secs(deleting.elapsed()));
     child.kill().await.unwrap();
     Row {
@@ -230,6 +241,8 @@ async fn measure(
         at_end,
         log_warnings: count_warnings(&log),
         log,
+        requests_up: served_up.since(&served_before, &[("POST pods", settings.pods as f64)]),
+        requests_down: served_down.since(&served_up, &[("DELETE pods", 1.0)]),
     }
 }
 
@@ -487,6 +500,20 @@ fn markdown(settings: &Settings, rows: &[Row]) -> String {
             r.idle.rss_mib,
             r.at_end.cpu_seconds,
             r.log_warnings,
+        ));
+    }
+    out.push_str(
+        "\nAPI requests per Pod (`apiserver_request_total`, without the bench's own creates and \
+         delete):\n\n| implementation | to all Running | by verb and resource | to all gone | by verb and resource |\n|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {:.2} | {} | {:.2} | {} |\n",
+            r.label,
+            r.requests_up.total() / r.pods as f64,
+            r.requests_up.per_pod(r.pods),
+            r.requests_down.total() / r.pods as f64,
+            r.requests_down.per_pod(r.pods),
         ));
     }
     out.push_str("\nCPU s: user+system time of the node process from its start. Logs: ");

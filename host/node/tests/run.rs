@@ -29,6 +29,17 @@ struct World {
     dir: tempfile::TempDir,
 }
 
+/// The directory holding the nodes' configs and logs; `NEOCLOUD_TEST_KEEP_DIR` keeps it after
+/// the test (its path is printed) so a failed long run can be read afterwards.
+fn test_dir() -> tempfile::TempDir {
+    let mut dir = tempfile::tempdir().unwrap();
+    if std::env::var_os("NEOCLOUD_TEST_KEEP_DIR").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("keeping {}", dir.path().display());
+    }
+    dir
+}
+
 impl World {
     async fn new(prefix: &str) -> World {
         let ctx = TestContext::new(prefix).await;
@@ -38,7 +49,7 @@ impl World {
             ctx,
             sims,
             node,
-            dir: tempfile::tempdir().unwrap(),
+            dir: test_dir(),
         }
     }
 
@@ -79,7 +90,10 @@ impl World {
                 "LAMBDA_SSH_KEY_NAME",
                 neocloud_cloudsim::config::DEFAULT_SSH_KEY,
             )
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("NEOCLOUD_TEST_NODE_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(std::process::Stdio::null())
             .stderr(log)
             .kill_on_drop(true)

@@ -21,11 +21,19 @@ pub(super) async fn reconcile(
     if !b.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
+    let _turn = r.turn().await;
     let ns = b.namespace().unwrap_or_default();
+    let being_deleted = b.metadata.deletion_timestamp.is_some();
+    // The Pod cache answers for the common case (the Pod lives); a release is decided only on
+    // what the API server says.
+    let cached = r.pod_lives(&ns, &b.spec.pod_name, &b.spec.pod_uid).await?;
+    if cached && !being_deleted {
+        return Ok(Action::await_change());
+    }
     let pods: Api<Pod> = Api::namespaced(r.client.clone(), &ns);
     let pod = pods.get_opt(&b.spec.pod_name).await?;
     let pod_lives = pod.is_some_and(|p| p.uid().as_deref() == Some(b.spec.pod_uid.as_str()));
-    if pod_lives && b.metadata.deletion_timestamp.is_none() {
+    if pod_lives && !being_deleted {
         return Ok(Action::await_change());
     }
     let ending = Ending {
@@ -39,6 +47,7 @@ pub(super) async fn reconcile(
             Ok(Action::requeue(r.cfg.release_poll))
         }
         Release::Done => {
+            r.translations.forget(&b.spec.pod_uid);
             if let Some(runners) = &r.cfg.runners {
                 runners.forget(&b.spec.pod_uid);
             }

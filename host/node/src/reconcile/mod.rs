@@ -29,6 +29,8 @@ mod release;
 mod rented;
 mod runners;
 mod slim;
+#[cfg(test)]
+mod stale_tests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,6 +112,44 @@ pub struct Reconciler {
     metrics: Arc<Metrics>,
     policies: Option<Arc<PolicyRegistry>>,
     caches: std::sync::OnceLock<Caches>,
+    /// Reconciles running at once, granted first come, first served (see [`Reconciler::run`]).
+    turns: Arc<tokio::sync::Semaphore>,
+    translations: Translations,
+}
+
+/// What a Pod translates to.
+type Translated = Result<(neocloud_core::WorkloadSpec, Planner), String>;
+
+/// Each live Pod's translation and compiled expressions, by UID, with the fingerprint of what
+/// they were made from (the Pod's generation, which changes with its spec, and its
+/// annotations, which hold the expressions and do not change the generation).
+#[derive(Default)]
+struct Translations(parking_lot::Mutex<std::collections::HashMap<String, (u64, Translated)>>);
+
+impl Translations {
+    fn get(&self, uid: &str, print: u64) -> Option<Translated> {
+        let map = self.0.lock();
+        map.get(uid)
+            .filter(|(p, _)| *p == print)
+            .map(|(_, t)| t.clone())
+    }
+
+    fn put(&self, uid: String, print: u64, t: Translated) {
+        self.0.lock().insert(uid, (print, t));
+    }
+
+    fn forget(&self, uid: &str) {
+        self.0.lock().remove(uid);
+    }
+}
+
+/// The fingerprint [`Translations`] keys a Pod's translation by.
+fn fingerprint(pod: &Pod) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    pod.metadata.generation.hash(&mut h);
+    pod.metadata.annotations.hash(&mut h);
+    h.finish()
 }
 
 /// The controllers' caches of the node's Pods and bindings, for readers that must not list
@@ -169,6 +209,7 @@ impl Reconciler {
     ) -> Arc<Reconciler> {
         let events =
             events::Publisher::new(client.clone(), crate::vnode::FIELD_MANAGER, &cfg.node_name);
+        let cfg_concurrency = cfg.concurrency;
         Arc::new(Reconciler {
             client,
             cfg,
@@ -179,6 +220,10 @@ impl Reconciler {
             metrics,
             policies,
             caches: std::sync::OnceLock::new(),
+            turns: Arc::new(tokio::sync::Semaphore::new(usize::from(
+                cfg_concurrency.max(1),
+            ))),
+            translations: Translations::default(),
         })
     }
 
@@ -197,7 +242,12 @@ impl Reconciler {
         let bindings: Api<CloudPodBinding> = Api::all(self.client.clone());
         let on_node = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
         let ours = watcher::Config::default().labels(&format!("{NODE_LABEL}={node}"));
-        let config = ControllerConfig::default().concurrency(self.cfg.concurrency);
+        // The controllers' own limit is off: when more reconciles are due than it allows, kube's
+        // runner parks the rest in a hash set and takes from it in hash order, so under a
+        // sustained load (many Pods retrying OverBudget) the same Pods win every turn and others
+        // are never reconciled. Each reconcile takes a turn from `turns` instead, a FIFO
+        // semaphore of `concurrency` permits: every due Pod waits its turn and gets it.
+        let config = ControllerConfig::default();
         // The caches keep every Pod and binding of the node: what the reconciler never reads
         // is dropped before caching (see `slim`; for bindings, their managedFields).
         let (pod_reader, pod_writer) = reflector::store();
@@ -207,7 +257,10 @@ impl Reconciler {
             .reflect(pod_writer)
             .touched_objects();
         let mut pod_controller = Controller::for_stream(pod_stream, pod_reader)
-            .owns(bindings.clone(), ours.clone())
+            .owns_stream(binding_gone(watcher::watcher(
+                bindings.clone(),
+                ours.clone(),
+            )))
             .with_config(config.clone());
         if let Some(triggers) = self.cfg.runners.as_ref().and_then(|r| r.take_triggers()) {
             let triggers = futures::stream::unfold(triggers, |mut rx| async move {
@@ -282,6 +335,44 @@ impl Reconciler {
         }
     }
 
+    /// The binding `ns/name` as the binding cache has it, or from the API server before the
+    /// caches run. A cached binding may be behind the API server: every status write from it is
+    /// guarded by its resourceVersion (see `recorder::write_status`), so a stale one ends in a
+    /// conflict and a new reconcile, and renting starts only after such a write.
+    pub(super) async fn binding(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<CloudPodBinding>, Error> {
+        if let Some(c) = self.caches() {
+            let key = reflector::ObjectRef::new(name).within(ns);
+            return Ok(c.bindings.get(&key).map(|b| (*b).clone()));
+        }
+        let api: Api<CloudPodBinding> = Api::namespaced(self.client.clone(), ns);
+        Ok(api.get_opt(name).await?)
+    }
+
+    /// Whether the Pod `ns/name` with `uid` lives and is not being deleted, as the Pod cache has
+    /// it (the watch that fills it is what tells the reconciler a Pod is going away), or from
+    /// the API server before the caches run.
+    pub(super) async fn pod_lives(&self, ns: &str, name: &str, uid: &str) -> Result<bool, Error> {
+        let lives = |p: &Pod| {
+            p.metadata.deletion_timestamp.is_none() && p.metadata.uid.as_deref() == Some(uid)
+        };
+        if let Some(c) = self.caches() {
+            let key = reflector::ObjectRef::new(name).within(ns);
+            return Ok(c.pods.get(&key).is_some_and(|p| lives(&p)));
+        }
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        Ok(api.get_opt(name).await?.is_some_and(|p| lives(&p)))
+    }
+
+    /// Waits for a turn to reconcile (first come, first served); the turn ends when the
+    /// returned permit is dropped. (`None` only if the semaphore were closed, which it never is.)
+    pub(super) async fn turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.turns).acquire_owned().await.ok()
+    }
+
     /// Publishes an event on `obj`; a failure is logged, never fatal.
     async fn event<K: Resource<DynamicType = ()>>(
         &self,
@@ -301,9 +392,34 @@ impl Reconciler {
     }
 }
 
+/// What of the node's bindings gives their Pod something to do: a binding deleted, or being
+/// deleted. Status writes (most of them the reconciler's own, each followed by the requeue it
+/// asked for) and the initial list (every Pod is listed too) trigger nothing.
+fn binding_gone(
+    events: impl futures::Stream<Item = Result<watcher::Event<CloudPodBinding>, watcher::Error>>
+    + Send
+    + 'static,
+) -> impl futures::Stream<Item = Result<CloudPodBinding, watcher::Error>> + Send + 'static {
+    events.default_backoff().filter_map(|event| async move {
+        match event {
+            Ok(watcher::Event::Delete(b)) => Some(Ok(b)),
+            Ok(watcher::Event::Apply(b)) if b.metadata.deletion_timestamp.is_some() => Some(Ok(b)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        }
+    })
+}
+
 // The signature is the one `Controller::run` takes.
 #[allow(clippy::needless_pass_by_value)]
 fn error_policy<K>(_: Arc<K>, e: &Error, r: Arc<Reconciler>) -> Action {
+    if is_conflict(e) {
+        // A write from a binding read before another change (a cache behind the API server):
+        // nothing was decided on it; read again soon.
+        tracing::debug!(error = %e, "stale binding; reconciling again");
+        r.metrics.record_reconcile_error("conflict");
+        return Action::requeue(jittered(Duration::from_millis(200)));
+    }
     tracing::warn!(error = %e, "reconcile failed; retrying");
     r.metrics.record_reconcile_error(match e {
         Error::Kube(_) => "kubernetes",
@@ -322,6 +438,11 @@ fn error_policy<K>(_: Arc<K>, e: &Error, r: Arc<Reconciler>) -> Action {
         _ => None,
     };
     Action::requeue(jittered(wait.unwrap_or(Duration::from_secs(2))))
+}
+
+/// Whether the API server refused a write as based on an old resourceVersion.
+fn is_conflict(e: &Error) -> bool {
+    matches!(e, Error::Kube(kube::Error::Api(s)) if s.code == 409)
 }
 
 /// `d` within plus or minus 20%, at least 100 ms.

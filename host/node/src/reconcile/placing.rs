@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use neocloud_broker::{
     Broker, BrokerError, FallbackPolicy, OfferFilter, Placement, Planner, Renter, fill_unreported,
 };
-use neocloud_core::{AttemptOutcome, InstanceState, WorkloadSpec};
+use neocloud_core::{AttemptOutcome, InstancePhase, InstanceState, WorkloadSpec};
 
 use super::attempts::{attempted_providers, class_reason, ended_over_budget, from_record};
 use super::pod_status::DesiredPod;
@@ -81,8 +81,13 @@ impl Reconciler {
             return self.adopt(pod, &b, status, found).await;
         }
         // No instance lives under the name: a rental counted as in flight when the budget was
-        // rebuilt (see `rebuild`) spends nothing.
-        self.renter.budget.release(&binding_key(&b));
+        // rebuilt (see `rebuild`) spends nothing. Only such a binding (its last attempt in
+        // flight or created) is released here: one read from a cache behind a rental this process made
+        // must not free what that rental spends (its write conflicts, and the next reconcile
+        // sees the instance).
+        if super::rebuild::rental_in_flight(&status).is_some() {
+            self.renter.budget.release(&binding_key(&b));
+        }
         let (w, planner) = match self.workload(pod) {
             Ok(ok) => ok,
             Err(why) => return self.fail(pod, &b, "Unsupported", why).await,
@@ -101,18 +106,9 @@ impl Reconciler {
                 return self.wait(pod, &b, status, e.reason(), e.to_string()).await;
             }
         };
-        // Only a Pod with no reason yet says Planning: a Pod waiting (NoOffer, OverBudget...)
-        // keeps its reason while it is planned again, so the status written after this plan is
-        // compared with what the Pod really says.
-        if pod
-            .status
-            .as_ref()
-            .and_then(|s| s.reason.as_ref())
-            .is_none()
-        {
-            self.set_pod(pod, &DesiredPod::pending("Planning", "choosing an offer"))
-                .await?;
-        }
+        // The Pod says nothing while it is planned (it is Pending, as the API server made it):
+        // what it says next is the outcome (Running, Provisioning, Waiting, NoOffer...), one
+        // write instead of two. A Pod waiting keeps its reason while it is planned again.
         let history: Vec<_> = status
             .attempts
             .iter()
@@ -192,6 +188,8 @@ impl Reconciler {
             Err(BrokerError::GaveUp {
                 reason, attempts, ..
             }) => {
+                recorder.flush().await?;
+                let b = recorder.binding();
                 let why = attempts
                     .last()
                     .and_then(|a| a.failure())
@@ -284,6 +282,17 @@ impl Reconciler {
         status.price_per_hour = Some(i.price_per_hour);
         if let Some(a) = status.attempts.last() {
             status.offer_id = Some(a.offer_id.clone());
+        }
+        // An instance running at once, with no runner to wait for, is mirrored now: the
+        // binding is written once, with the instance and its Running phase. (The attempt in
+        // flight is already written: a crash before this write adopts the instance by name.)
+        let runner = self
+            .cfg
+            .runners
+            .as_ref()
+            .is_some_and(|r| r.runs_on(i.provider));
+        if i.phase == InstancePhase::Running && !runner {
+            return Box::pin(self.mirror_instance(pod, b.clone(), status, Some(i.clone()))).await;
         }
         write_status(&self.client, b, &status).await?;
         let message = format!("waiting for {}", describe(i));

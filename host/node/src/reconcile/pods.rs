@@ -34,12 +34,13 @@ pub const MAX_REPLACEMENTS: usize = 5;
 
 /// Reconciles one Pod bound to the node.
 pub(super) async fn reconcile(pod: Arc<Pod>, r: Arc<Reconciler>) -> Result<Action, Error> {
+    let _turn = r.turn().await;
     let ns = pod
         .namespace()
         .ok_or_else(|| Error::Invalid(format!("pod {} has no namespace", pod.name_any())))?;
     let uid = pod.uid().unwrap_or_default();
     let bindings: Api<CloudPodBinding> = Api::namespaced(r.client.clone(), &ns);
-    let binding = bindings.get_opt(&pod.name_any()).await?;
+    let binding = r.binding(&ns, &pod.name_any()).await?;
     if pod.metadata.deletion_timestamp.is_some() {
         return r.delete_pod(&pod, binding).await;
     }
@@ -81,8 +82,21 @@ impl Reconciler {
         Ok(true)
     }
 
-    /// The workload and its planner, or the reason the Pod cannot run (naming the field).
+    /// The workload and its planner, or the reason the Pod cannot run (naming the field):
+    /// translated and its expressions compiled once per Pod generation and annotations (see
+    /// [`Translations`](super::Translations)).
     pub(super) fn workload(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
+        let uid = pod.uid().unwrap_or_default();
+        let print = super::fingerprint(pod);
+        if let Some(hit) = self.translations.get(&uid, print) {
+            return hit;
+        }
+        let translated = self.translate(pod);
+        self.translations.put(uid, print, translated.clone());
+        translated
+    }
+
+    fn translate(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
         let w = translate_pod(pod).map_err(|e| e.to_string())?;
         let mut planner = self.planner.clone();
         if let Some(src) = &w.constraint {
@@ -111,7 +125,7 @@ impl Reconciler {
     }
 
     /// Creates the Pod's binding, or refuses the Pod (status and event) and returns `None`.
-    async fn create_binding(
+    pub(super) async fn create_binding(
         &self,
         pod: &Pod,
         bindings: &Api<CloudPodBinding>,
@@ -219,7 +233,7 @@ impl Reconciler {
         &self,
         pod: &Pod,
         b: CloudPodBinding,
-        mut status: CloudPodBindingStatus,
+        status: CloudPodBindingStatus,
     ) -> Result<Action, Error> {
         let (provider_id, instance_id) = match (&status.provider, &status.instance_id) {
             (Some(p), Some(i)) => (p.parse::<ProviderId>().ok(), i.clone()),
@@ -239,6 +253,23 @@ impl Reconciler {
             return Ok(Action::requeue(left));
         }
         let instance = provider.get(&instance_id).await?;
+        self.mirror_instance(pod, b, status, instance).await
+    }
+
+    /// Mirrors `instance`, the binding's instance as its provider just reported it (`None`:
+    /// the provider no longer knows it), into the binding and the Pod.
+    pub(super) async fn mirror_instance(
+        &self,
+        pod: &Pod,
+        b: CloudPodBinding,
+        mut status: CloudPodBindingStatus,
+        instance: Option<InstanceState>,
+    ) -> Result<Action, Error> {
+        let provider_id = status
+            .provider
+            .as_deref()
+            .and_then(|p| p.parse::<ProviderId>().ok());
+        let instance_id = status.instance_id.clone().unwrap_or_default();
         let runner = self.runner_status(pod, provider_id).await;
         let (reason, message) = match &instance {
             // Checked first: once the lost instance is being deleted it reads as gone.
@@ -494,10 +525,11 @@ impl Reconciler {
         reason: &str,
         message: String,
     ) -> Result<Action, Error> {
-        if status.reason.as_deref() != Some(reason) || status.message.as_deref() != Some(&message) {
-            status.phase = BindingPhase::Pending;
-            status.reason = Some(reason.to_owned());
-            status.message = Some(message.clone());
+        status.phase = BindingPhase::Pending;
+        status.reason = Some(reason.to_owned());
+        status.message = Some(message.clone());
+        // Also writes what this round recorded without a write of its own (budget refusals).
+        if b.status.as_ref() != Some(&status) {
             write_status(&self.client, b, &status).await?;
         }
         if self
@@ -545,8 +577,10 @@ impl Reconciler {
             ..DeleteParams::default()
         };
         ignore_gone(pods.delete(&pod.name_any(), &dp).await)?;
+        let uid = pod.uid().unwrap_or_default();
+        self.translations.forget(&uid);
         if let Some(runners) = &self.cfg.runners {
-            runners.forget(&pod.uid().unwrap_or_default());
+            runners.forget(&uid);
         }
         Ok(Action::await_change())
     }

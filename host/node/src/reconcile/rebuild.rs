@@ -13,7 +13,9 @@ use neocloud_broker::Renter;
 
 use super::NODE_LABEL;
 use super::release::binding_key;
-use crate::crd::{AttemptOutcome, BindingPhase, CloudPodBinding, CloudPodBindingStatus};
+use crate::crd::{
+    AttemptOutcome, AttemptRecord, BindingPhase, CloudPodBinding, CloudPodBindingStatus,
+};
 
 /// What a rebuild counted.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -94,11 +96,18 @@ fn count(s: &CloudPodBindingStatus) -> Option<Counted> {
             .map_or_else(Utc::now, |t| t.with_timezone(&Utc));
         return Some(Counted::Running(price, since));
     }
-    s.attempts
-        .iter()
-        .max_by_key(|a| a.number)
-        .filter(|a| a.outcome == AttemptOutcome::InFlight)
-        .map(|a| Counted::InFlight(a.price_per_hour))
+    rental_in_flight(s).map(|a| Counted::InFlight(a.price_per_hour))
+}
+
+/// The binding's last attempt when it may have rented something the binding does not name yet:
+/// in flight, or created before the instance was written down (a crash between the two).
+pub(super) fn rental_in_flight(s: &CloudPodBindingStatus) -> Option<&AttemptRecord> {
+    s.attempts.iter().max_by_key(|a| a.number).filter(|a| {
+        matches!(
+            a.outcome,
+            AttemptOutcome::InFlight | AttemptOutcome::Created
+        )
+    })
 }
 
 #[cfg(test)]

@@ -26,17 +26,24 @@ use crate::metrics::RentalOutcome;
 use crate::vnode::FIELD_MANAGER;
 
 /// Applies `status` as the binding's whole status (server-side apply: fields left out are
-/// removed), so callers pass a status that starts from the latest binding.
+/// removed), guarded by `b`'s resourceVersion: a status computed from a binding that changed
+/// since it was read (a stale cache, another writer) is refused with a 409 Conflict and the
+/// reconcile starts again from the current binding, never decides twice. A status equal to
+/// `b`'s is not written.
 pub(super) async fn write_status(
     client: &kube::Client,
     b: &CloudPodBinding,
     status: &CloudPodBindingStatus,
 ) -> Result<CloudPodBinding, kube::Error> {
+    if b.status.as_ref() == Some(status) {
+        return Ok(b.clone());
+    }
     let api: Api<CloudPodBinding> =
         Api::namespaced(client.clone(), &b.namespace().unwrap_or_default());
     let body = json!({
         "apiVersion": "cloud.aibrix.ai/v1alpha1", "kind": "CloudPodBinding",
-        "metadata": {"name": b.name_any(), "namespace": b.namespace()},
+        "metadata": {"name": b.name_any(), "namespace": b.namespace(),
+            "resourceVersion": b.resource_version()},
         "status": status,
     });
     api.patch_status(
@@ -53,7 +60,14 @@ pub(super) struct BindingRecorder<'a> {
     pub pod: &'a Pod,
     /// Who decides fallbacks: the BurstPolicy's name, or `default`.
     pub policy: String,
-    latest: Mutex<CloudPodBinding>,
+    latest: Mutex<Latest>,
+}
+
+/// The binding as last written, and a status not written yet (budget refusals: they call no
+/// provider, so they are written with whatever is written next, not one request each).
+struct Latest {
+    written: CloudPodBinding,
+    unwritten: Option<CloudPodBindingStatus>,
 }
 
 impl<'a> BindingRecorder<'a> {
@@ -62,53 +76,78 @@ impl<'a> BindingRecorder<'a> {
         r: &'a Reconciler,
         pod: &'a Pod,
         policy: String,
-        mut binding: CloudPodBinding,
+        binding: CloudPodBinding,
         status: CloudPodBindingStatus,
     ) -> Self {
-        binding.status = Some(status);
+        let unwritten = (binding.status.as_ref() != Some(&status)).then_some(status);
         BindingRecorder {
             r,
             pod,
             policy,
-            latest: Mutex::new(binding),
+            latest: Mutex::new(Latest {
+                written: binding,
+                unwritten,
+            }),
+        }
+    }
+
+    fn latest<T>(&self, f: impl FnOnce(&mut Latest) -> T) -> T {
+        match self.latest.lock() {
+            Ok(mut l) => f(&mut l),
+            Err(p) => f(&mut p.into_inner()),
         }
     }
 
     /// The binding as last written (its status included).
     pub fn binding(&self) -> CloudPodBinding {
-        self.latest
-            .lock()
-            .map(|b| b.clone())
-            .unwrap_or_else(|p| p.into_inner().clone())
+        self.latest(|l| l.written.clone())
     }
 
-    /// The status as last written.
+    /// The status to write next: as last written, with what is not written yet. Writing it
+    /// against [`BindingRecorder::binding`] records everything this round decided.
     pub fn status(&self) -> CloudPodBindingStatus {
-        self.binding().status.unwrap_or_default()
+        self.latest(|l| {
+            l.unwritten
+                .clone()
+                .or_else(|| l.written.status.clone())
+                .unwrap_or_default()
+        })
     }
 
     /// Writes `status` and keeps the binding the API server returned.
     async fn write(&self, status: &CloudPodBindingStatus) -> Result<(), kube::Error> {
         let written = write_status(&self.r.client, &self.binding(), status).await?;
-        if let Ok(mut latest) = self.latest.lock() {
-            *latest = written;
-        }
+        self.latest(|l| {
+            l.written = written;
+            l.unwritten = None;
+        });
         Ok(())
+    }
+
+    /// Writes what is not written yet, if anything.
+    pub async fn flush(&self) -> Result<(), kube::Error> {
+        match self.latest(|l| l.unwritten.clone()) {
+            Some(status) => self.write(&status).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Keeps `status` to be written with the next write.
+    fn keep(&self, status: CloudPodBindingStatus) {
+        self.latest(|l| l.unwritten = Some(status));
     }
 
     /// Whether the Pod is still the live Pod this binding serves.
     async fn pod_is_live(&self) -> Result<bool, String> {
-        let pods: Api<Pod> = Api::namespaced(
-            self.r.client.clone(),
-            &self.pod.namespace().unwrap_or_default(),
-        );
-        let pod = pods
-            .get_opt(&self.pod.name_any())
+        let uid = self.pod.uid().unwrap_or_default();
+        self.r
+            .pod_lives(
+                &self.pod.namespace().unwrap_or_default(),
+                &self.pod.name_any(),
+                &uid,
+            )
             .await
-            .map_err(|e| format!("failed to read the pod before renting: {e}"))?;
-        Ok(pod.is_some_and(|p| {
-            p.metadata.deletion_timestamp.is_none() && p.metadata.uid == self.pod.metadata.uid
-        }))
+            .map_err(|e| format!("failed to read the pod before renting: {e}"))
     }
 
     /// Who made `decision`.
@@ -131,18 +170,25 @@ impl AttemptRecorder for BindingRecorder<'_> {
         upsert(&mut status, to_record(attempt, Utc::now()));
         let refused_by_budget = matches!(&attempt.outcome,
             AttemptOutcome::Failed { code: Some(code), .. } if code == BUDGET_EXCEEDED_CODE);
-        // A budget refusal calls no provider: a Pod waiting OverBudget keeps saying so.
-        if !refused_by_budget {
+        // A budget refusal calls no provider: a Pod waiting OverBudget keeps saying so, and the
+        // refusal is written with the next write (the next attempt, or the wait that ends the
+        // round), not in a request of its own.
+        if refused_by_budget || matches!(attempt.outcome, AttemptOutcome::Rented { .. }) {
+            // A created instance is written with the binding's instance fields right after
+            // (`provisioning`); the attempt in flight, written before the provider was called,
+            // is what finds it again after a crash.
+            self.keep(status);
+        } else {
             status.phase = BindingPhase::Provisioning;
             status.reason = Some("Provisioning".to_owned());
             status.message = Some(format!(
                 "attempt {} on {} offer {}",
                 attempt.number, attempt.provider, attempt.offer_id
             ));
+            self.write(&status)
+                .await
+                .map_err(|e| format!("failed to write attempt {}: {e}", attempt.number))?;
         }
-        self.write(&status)
-            .await
-            .map_err(|e| format!("failed to write attempt {}: {e}", attempt.number))?;
         if let AttemptOutcome::Failed {
             class,
             code,
@@ -202,7 +248,9 @@ impl AttemptRecorder for BindingRecorder<'_> {
         });
         if over_budget {
             // Moving past candidates the budget refuses is the guard's doing, said once by the
-            // Pod's OverBudget event; the attempts keep the refusals.
+            // Pod's OverBudget event; the attempts keep the refusals (written with the next
+            // write, like the refusal itself).
+            self.keep(status);
             return Ok(());
         }
         tracing::info!(pod = %self.pod.name_any(), attempt = decision.attempt, action = decision.action_label(), decided_by = %by, "{note}");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use k8s_openapi::jiff::Timestamp;
-use neocloud_broker::{Planner, Renter};
+use neocloud_broker::Renter;
 use neocloud_core::{CapacityType, InstancePhase, OfferQuery, ProviderId};
 use tokio::sync::watch;
 
@@ -77,12 +77,7 @@ pub async fn check_health(renter: Renter, every: Duration, tx: watch::Sender<Hea
 /// instead costs megabytes per refresh at 1,000 Pods.
 pub async fn gauges(reconciler: Arc<Reconciler>, renter: Renter, metrics: Arc<Metrics>) {
     loop {
-        let costs = neocloud_broker::Broker {
-            planner: Planner::default(),
-            renter: renter.clone(),
-        }
-        .costs(Utc::now());
-        metrics.set_cost(&costs);
+        metrics.set_cost(&renter.costs(Utc::now()));
         if let Some(caches) = reconciler.caches() {
             metrics.set_instances(caches.bindings.state().iter().filter_map(|b| {
                 let s = b.status.as_ref()?;
