@@ -359,6 +359,146 @@ async fn sample_spend(sims: &CloudSim, d: Duration) -> f64 {
     most
 }
 
+/// A replica's config for the failover runs: `providers`, a cluster budget of `cap` USD per
+/// hour, a 2 s Lease, fast retries, and a sweeper every 2 s with a 4 s grace.
+fn budget_config(world: &World, port: u16, providers: &str, cap: f64) -> PathBuf {
+    let yaml = format!(
+        "clusterId: chaos\n\
+         node: {{name: {node}, leaseRenewSeconds: 1, kubeletPort: {kubelet}}}\n\
+         providers: {providers}\n\
+         installCrds: true\n\
+         budgetUsdPerHour: {cap}\n\
+         metricsAddress: 127.0.0.1:{port}\n\
+         healthIntervalSeconds: 1\n\
+         leaderElection: {{namespace: {ns}, leaseDurationSeconds: 2, renewGraceSeconds: 1}}\n\
+         reconciler: {{pollIntervalMs: 300, retryIntervalMs: 1000}}\n\
+         sweeper: {{intervalSeconds: 2, graceSeconds: 4}}\n",
+        node = world.node,
+        ns = world.ctx.namespace,
+        kubelet = free_port(),
+    );
+    let path = world.dir.path().join(format!("budget-{port}.yaml"));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_sigkilled_while_rentals_are_in_flight_leaves_the_standby_within_the_budget() {
+    const CAP: f64 = 0.8;
+    let world = World::new("run-inflight").await;
+    // Every create answers after 4 s: the leader is killed with rentals in flight, whose
+    // instances the providers create anyway.
+    for kind in [FaultKind::Slow { delay_ms: 4000 }] {
+        world
+            .sims
+            .runpod
+            .add_fault(FaultRule::next("POST /v2/pods", 8, kind.clone()));
+        world
+            .sims
+            .vast
+            .add_fault(FaultRule::next("PUT /api/v0/asks/{id}/", 8, kind));
+    }
+    let config = |port: u16| budget_config(&world, port, "[runpod, vast]", CAP);
+    let mut replicas: Vec<Child> = (0..2)
+        .map(|i| world.spawn(&config(free_port()), &format!("inflight-{i}.log")))
+        .collect();
+    let live: Vec<String> = (0..4).map(|i| format!("f-{i}")).collect();
+    for name in &live {
+        world.create_pod(name).await;
+    }
+    let bindings: Api<CloudPodBinding> =
+        Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
+    let in_flight = || async {
+        bindings.list(&Default::default()).await.unwrap().items.iter().any(|b| {
+            b.status.as_ref().is_some_and(|s| {
+                s.attempts
+                    .last()
+                    .is_some_and(|a| a.outcome == neocloud_node::crd::AttemptOutcome::InFlight)
+            })
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut most = 0.0f64;
+    while !in_flight().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no rental went in flight:\n{}",
+            world.logs()
+        );
+        most = most.max(sample_spend(&world.sims, Duration::from_millis(100)).await);
+    }
+    let pid = leader_pid(&world).await.expect("a replica leads");
+    let at = replicas
+        .iter()
+        .position(|r| r.id() == Some(pid))
+        .expect("the leader is one of the replicas");
+    let mut dead = replicas.remove(at);
+    dead.start_kill().unwrap();
+    dead.wait().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        most = most.max(sample_spend(&world.sims, Duration::from_millis(500)).await);
+        let unsettled = unsettled(&world, &live, &[]).await;
+        if unsettled.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not settled 120 s after the kill:\n{}\n{}",
+            unsettled.join("\n"),
+            world.logs()
+        );
+    }
+    // Past the sweeper's grace, whatever was rented in flight is either a Pod's or gone.
+    most = most.max(sample_spend(&world.sims, Duration::from_secs(8)).await);
+    let ledger = world.sims.ledger();
+    assert!(most <= CAP + 1e-9, "spend reached ${most}/h over the ${CAP}/h cap");
+    assert!(ledger.duplicate_live_names().is_empty(), "rented twice");
+    let mut want = Vec::new();
+    for name in &live {
+        let b = bindings.get(name).await.unwrap();
+        if b.status.and_then(|s| s.instance_id).is_some() {
+            want.push(b.spec.external_name);
+        }
+    }
+    let mut got: Vec<String> = ledger.live().iter().map(|e| e.name.clone()).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "live instances are not exactly one per placed Pod");
+    assert!(!want.is_empty(), "nothing was placed");
+    let log = world.logs();
+    assert!(
+        log.contains("budget rebuilt from the bindings running="),
+        "the standby did not rebuild the budget:\n{log}"
+    );
+}
+
+/// The live Pods neither Running nor Pending with a reason, and the deleted Pods still there.
+async fn unsettled(world: &World, live: &[String], deleted: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in live {
+        let pod = world.pods().get(name).await.unwrap();
+        let status = pod.status.unwrap_or_default();
+        let ok = match status.phase.as_deref() {
+            Some("Running") => true,
+            Some("Pending") => matches!(status.reason.as_deref(), Some("OverBudget" | "NoOffer")),
+            _ => false,
+        };
+        if !ok {
+            out.push(format!(
+                "{name}: {:?} {:?} {:?}",
+                status.phase, status.reason, status.message
+            ));
+        }
+    }
+    for name in deleted {
+        if world.pods().get_opt(name).await.unwrap().is_some() {
+            out.push(format!("{name}: deleted but still there"));
+        }
+    }
+    out
+}
+
 /// The pid of the replica holding the node's Lease, if one does.
 async fn leader_pid(world: &World) -> Option<u32> {
     let leases: Api<Lease> = Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
@@ -417,26 +557,7 @@ async fn chaos_leaders_killed_at_random_under_faults_and_a_budget_keep_every_pro
     const CAP: f64 = 1.5;
     let world = World::new("run-chaos").await;
     let kills = chaos_kills();
-    let config = |port: u16| {
-        let yaml = format!(
-            "clusterId: chaos\n\
-             node: {{name: {node}, leaseRenewSeconds: 1, kubeletPort: {kubelet}}}\n\
-             providers: [runpod, vast, lambda]\n\
-             installCrds: true\n\
-             budgetUsdPerHour: {CAP}\n\
-             metricsAddress: 127.0.0.1:{port}\n\
-             healthIntervalSeconds: 1\n\
-             leaderElection: {{namespace: {ns}, leaseDurationSeconds: 2, renewGraceSeconds: 1}}\n\
-             reconciler: {{pollIntervalMs: 300, retryIntervalMs: 1000}}\n\
-             sweeper: {{intervalSeconds: 2, graceSeconds: 4}}\n",
-            node = world.node,
-            ns = world.ctx.namespace,
-            kubelet = free_port(),
-        );
-        let path = world.dir.path().join(format!("chaos-{port}.yaml"));
-        std::fs::write(&path, yaml).unwrap();
-        path
-    };
+    let config = |port: u16| budget_config(&world, port, "[runpod, vast, lambda]", CAP);
     let mut rng = Lcg(0xc4a05);
     let mut replicas: Vec<Child> = (0..2)
         .map(|i| world.spawn(&config(free_port()), &format!("chaos-start-{i}.log")))
@@ -478,29 +599,7 @@ async fn chaos_leaders_killed_at_random_under_faults_and_a_budget_keep_every_pro
     let deadline = last_kill + Duration::from_secs(240);
     loop {
         most = most.max(live_spend(&world.sims));
-        let mut unsettled = Vec::new();
-        for name in &live {
-            let pod = world.pods().get(name).await.unwrap();
-            let status = pod.status.unwrap_or_default();
-            let ok = match status.phase.as_deref() {
-                Some("Running") => true,
-                Some("Pending") => {
-                    matches!(status.reason.as_deref(), Some("OverBudget" | "NoOffer"))
-                }
-                _ => false,
-            };
-            if !ok {
-                unsettled.push(format!(
-                    "{name}: {:?} {:?} {:?}",
-                    status.phase, status.reason, status.message
-                ));
-            }
-        }
-        for name in &deleted {
-            if world.pods().get_opt(name).await.unwrap().is_some() {
-                unsettled.push(format!("{name}: deleted but still there"));
-            }
-        }
+        let unsettled = unsettled(&world, &live, &deleted).await;
         if unsettled.is_empty() {
             break;
         }
