@@ -270,3 +270,27 @@ fn a_create_request_debug_shows_env_names_but_never_values() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn the_sample_market_offers_four_single_gpu_offers_in_fake_1() {
+    let fake = FakeProvider::sample_market();
+    let query = OfferQuery {
+        gpu_models: vec![],
+        gpu_count: 1,
+        capacity: None,
+    };
+    let mut ids: Vec<_> = fake
+        .list_offers(&query)
+        .await
+        .unwrap()
+        .into_iter()
+        .inspect(|o| assert_eq!((o.region.as_str(), o.gpu_count), ("fake-1", 1)))
+        .map(|o| o.id)
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        ["fake-a10", "fake-a40", "fake-gtx1070", "fake-gtx1070-spot"]
+    );
+    assert_eq!(fake.id(), ProviderId::Fake);
+}
