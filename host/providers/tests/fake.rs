@@ -4,59 +4,18 @@
 
 use std::sync::Arc;
 
-use neocloud_core::{
-    CapacityType, FailureClass, GpuModel, GpuRequest, Offer, OfferCapacity, OfferQuery,
-    ProviderHints, ProviderId, WorkloadSpec,
-};
+use neocloud_core::{FailureClass, Offer, OfferQuery, ProviderId};
 use neocloud_providers::{CreateRequest, FakeProvider, Operation, Provider, ProviderError};
 
 fn offer(id: &str, gpu: &str) -> Offer {
-    Offer {
-        provider: ProviderId::Fake,
-        id: id.to_owned(),
-        gpu: GpuModel::from_provider(gpu, None),
-        gpu_count: 1,
-        price_per_hour: 0.5,
-        capacity: OfferCapacity::OnDemand,
-        region: "us-east-1".to_owned(),
-        reliability: Some(0.99),
-        verified: true,
-        disk_gib: Some(100),
-        machine_id: None,
-        runpod_cloud: None,
-        expires_at: None,
-    }
-}
-
-fn workload() -> WorkloadSpec {
-    WorkloadSpec {
-        image: "busybox".into(),
-        command: vec![],
-        args: vec![],
-        env: vec![],
-        env_from: vec![],
-        ports: vec![],
-        gpu: GpuRequest {
-            count: 1,
-            accepted: vec![],
-        },
-        disk_gib: None,
-        capacity_type: CapacityType::OnDemand,
-        regions: vec![],
-        providers: vec![],
-        max_price_per_hour: None,
-        constraint: None,
-        rank: None,
-        policy: None,
-        hints: ProviderHints::default(),
-    }
+    neocloud_fixtures::offer(ProviderId::Fake, id, gpu, 0.5)
 }
 
 fn request(name: &str, offer: &Offer) -> CreateRequest {
     CreateRequest {
         external_name: name.to_owned(),
         offer: offer.clone(),
-        workload: workload(),
+        workload: neocloud_fixtures::workload(),
         env: vec![("TOKEN".into(), "s3cret-value".into())],
         bid_per_hour: None,
         boot: None,
