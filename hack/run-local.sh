@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make run-local: the whole product on this machine with one command. Builds what is missing
-# (the control plane from the Go module proxy, the two Rust binaries), starts the local control
+# (the control plane from the Go module proxy, the three Rust binaries), starts the local control
 # plane, the cloud simulators and the node, applies the sample Pods and policies, and shows a
 # live summary of Pods, bindings, spend and decisions until interrupted (Ctrl-C stops it all).
 #
@@ -26,8 +26,8 @@ bash hack/testenv/build.sh >/dev/null
 bin=$(bash hack/testenv/build.sh --print)
 kubectl="$bin/kubectl"
 
-step "building neocloud-node and neocloud-testenv (first run: several minutes)"
-cargo build -p neocloud-node -p neocloud-testenv --bins
+step "building neocloud-node, neocloud-cloudsim and neocloud-testenv (first run: several minutes)"
+cargo build -p neocloud-node -p neocloud-cloudsim -p neocloud-testenv --bins
 target=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 
@@ -45,7 +45,7 @@ export KUBECONFIG
 KUBECONFIG=$(cat "$dir/kubeconfig.path")
 
 step "starting the cloud simulators on 127.0.0.1:18081-18083 (logs: $dir/cloudsim.log)"
-"$target/debug/neocloud-node" cloudsim --config hack/local/cloudsim.yaml >"$dir/cloudsim.log" 2>&1 &
+"$target/debug/neocloud-cloudsim" --config hack/local/cloudsim.yaml >"$dir/cloudsim.log" 2>&1 &
 pids+=($!)
 
 step "starting the node (logs: $dir/node.log; metrics: http://127.0.0.1:18080/metrics)"

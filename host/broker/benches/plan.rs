@@ -15,8 +15,7 @@ use chrono::{TimeZone, Utc};
 use criterion::Criterion;
 use neocloud_broker::{CelFilter, OfferFilter, PlanInput, Planner, PolicyError};
 use neocloud_core::{
-    Attempt, CapacityType, GpuModel, GpuRequest, Offer, OfferCapacity, ProviderHints, ProviderId,
-    WorkloadSpec,
+    Attempt, CapacityType, GpuModel, Offer, OfferCapacity, ProviderId, WorkloadSpec,
 };
 use neocloud_policy::cel::{CelEngine, CelLimits};
 use rand::rngs::StdRng;
@@ -92,21 +91,11 @@ fn offers() -> Vec<Offer> {
 fn workload() -> WorkloadSpec {
     WorkloadSpec {
         image: "vllm/vllm-openai:latest".into(),
-        command: vec![],
-        args: vec![],
-        env: vec![],
-        env_from: vec![],
-        ports: vec![],
-        gpu: GpuRequest { count: 1, accepted: vec![] },
         disk_gib: Some(50),
         capacity_type: CapacityType::Any,
-        regions: vec![],
-        providers: vec![],
         max_price_per_hour: Some(4.0),
         constraint: Some(r#"offer.price_per_hour <= 2.0 && offer.gpu.memory_gib >= 40 && offer.region.startsWith("us-")"#.into()),
-        rank: None,
-        policy: None,
-        hints: ProviderHints::default(),
+        ..neocloud_fixtures::workload()
     }
 }
 

@@ -142,22 +142,14 @@ mod tests {
 
     fn offer() -> Offer {
         Offer {
-            provider: ProviderId::Vast,
-            id: "7".into(),
             gpu: neocloud_core::GpuModel::Known {
                 name: "A40".into(),
                 memory_gib: 48,
             },
-            gpu_count: 1,
-            price_per_hour: 0.4,
-            capacity: neocloud_core::OfferCapacity::OnDemand,
             region: "US".into(),
             reliability: None,
-            verified: true,
             disk_gib: None,
-            machine_id: None,
-            runpod_cloud: None,
-            expires_at: None,
+            ..neocloud_fixtures::offer(ProviderId::Vast, "7", "A40", 0.4)
         }
     }
 

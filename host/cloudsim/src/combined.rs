@@ -1,5 +1,5 @@
 //! [`CloudSim`]: the three simulators started together from one [`CloudSimConfig`], and
-//! [`serve`], which `neocloud-node cloudsim --config FILE` calls to run them until Ctrl-C.
+//! [`serve`], which `neocloud-cloudsim --config FILE` calls to run them until Ctrl-C.
 //!
 //! Not a proxy: each simulator keeps its own port, market, ledger and faults.
 

@@ -1,5 +1,5 @@
 //! Typed configuration of the simulators: one [`SimConfig`] per provider, and the combined
-//! [`CloudSimConfig`] read from a YAML file by `neocloud-node cloudsim --config FILE`.
+//! [`CloudSimConfig`] read from a YAML file by `neocloud-cloudsim --config FILE`.
 //!
 //! Not the adapters' configuration, and not validated against any real account.
 

@@ -40,12 +40,6 @@ enum Command {
     /// Run a workload on a rented VM for the node (started by cloud-init; see the README's
     /// "VM runner"). Exits with the workload's exit code.
     Runner(neocloud_node::runner::RunnerArgs),
-    /// Run local simulators of the RunPod, Lambda Cloud and Vast.ai APIs until interrupted.
-    Cloudsim {
-        /// The simulators' configuration (YAML; see host/cloudsim/cloudsim.example.yaml).
-        #[arg(long)]
-        config: std::path::PathBuf,
-    },
 }
 
 /// Runs the command; a failure is printed once, as one line on stderr, with exit code 1.
@@ -100,11 +94,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Runner(args) => {
             let code = runtime()?.block_on(neocloud_node::runner::run(args))?;
             std::process::exit(code);
-        }
-        Command::Cloudsim { config } => {
-            let config = neocloud_cloudsim::CloudSimConfig::from_file(&config)?;
-            runtime()?.block_on(neocloud_cloudsim::serve(config))?;
-            String::new()
         }
     };
     std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;

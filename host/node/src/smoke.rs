@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use neocloud_core::{
-    CapacityType, GpuModel, GpuRequest, InstancePhase, Offer, OfferCapacity, OfferQuery,
-    ProviderHints, ProviderId, RunpodCloudType, WorkloadSpec,
+    CapacityType, GpuModel, GpuRequest, InstancePhase, Offer, OfferQuery, ProviderHints,
+    ProviderId, RunpodCloudType, WorkloadSpec,
 };
 use neocloud_providers::{
     CreateRequest, FakeProvider, LambdaProvider, Provider, RunpodProvider, VastConfig, VastProvider,
@@ -117,38 +117,9 @@ pub fn provider_from_env(
             config.disk_gib = opts.disk_gib.unwrap_or(config.disk_gib);
             Arc::new(VastProvider::new(config)?)
         }
-        ProviderId::Fake => Arc::new(fake_market()),
+        ProviderId::Fake => Arc::new(FakeProvider::sample_market()),
         ProviderId::Kube => bail!("the kube provider has no smoke test"),
     })
-}
-
-pub(crate) fn fake_market() -> FakeProvider {
-    let fake = FakeProvider::new(ProviderId::Fake);
-    let offer = |id: &str, gpu: &str, price: f64, capacity| Offer {
-        provider: ProviderId::Fake,
-        id: id.to_owned(),
-        gpu: GpuModel::from_provider(gpu, None),
-        gpu_count: 1,
-        price_per_hour: price,
-        capacity,
-        region: "fake-1".to_owned(),
-        reliability: Some(0.99),
-        verified: true,
-        disk_gib: Some(100),
-        machine_id: None,
-        runpod_cloud: None,
-        expires_at: None,
-    };
-    let spot = OfferCapacity::Spot {
-        min_bid_per_hour: 0.05,
-    };
-    fake.set_offers(vec![
-        offer("fake-a40", "A40", 0.40, OfferCapacity::OnDemand),
-        offer("fake-a10", "A10", 0.60, OfferCapacity::OnDemand),
-        offer("fake-gtx1070", "GTX 1070", 0.08, OfferCapacity::OnDemand),
-        offer("fake-gtx1070-spot", "GTX 1070", 0.05, spot),
-    ]);
-    fake
 }
 
 /// Runs the smoke test; an error names the step that failed and any instance left behind.

@@ -17,10 +17,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
 use neocloud_broker::{DefaultFallback, FallbackPolicy, PlanInput, Planner};
-use neocloud_core::{
-    CapacityType, GpuModel, GpuRequest, Offer, OfferCapacity, ProviderHints, ProviderId,
-    WorkloadSpec,
-};
+use neocloud_core::{Offer, ProviderId, WorkloadSpec};
 use neocloud_node::crd::{self, BurstPolicy, BurstPolicyStatus};
 use neocloud_node::metrics::Metrics;
 use neocloud_node::policies::{PolicyRegistry, PolicyUnavailable, Resolved};
@@ -95,44 +92,15 @@ fn resolve(r: &PolicyRegistry, name: &str) -> Result<Resolved, PolicyUnavailable
 }
 
 fn workload() -> WorkloadSpec {
-    WorkloadSpec {
-        image: "registry.invalid/cuda:12".to_owned(),
-        command: Vec::new(),
-        args: Vec::new(),
-        env: Vec::new(),
-        env_from: Vec::new(),
-        ports: Vec::new(),
-        gpu: GpuRequest {
-            count: 1,
-            accepted: Vec::new(),
-        },
-        disk_gib: None,
-        capacity_type: CapacityType::OnDemand,
-        regions: Vec::new(),
-        providers: Vec::new(),
-        max_price_per_hour: None,
-        constraint: None,
-        rank: None,
-        policy: None,
-        hints: ProviderHints::default(),
-    }
+    neocloud_fixtures::workload()
 }
 
 fn offer(id: &str, price: f64, reliability: f64, verified: bool) -> Offer {
     Offer {
-        provider: ProviderId::Fake,
-        id: id.to_owned(),
-        gpu: GpuModel::from_provider("H100 SXM", None),
-        gpu_count: 1,
-        price_per_hour: price,
-        capacity: OfferCapacity::OnDemand,
-        region: "us-east-1".to_owned(),
         reliability: Some(reliability),
         verified,
         disk_gib: None,
-        machine_id: None,
-        runpod_cloud: None,
-        expires_at: None,
+        ..neocloud_fixtures::offer(ProviderId::Fake, id, "H100 SXM", price)
     }
 }
 

@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use neocloud_core::{CapacityType, GpuModel, OfferQuery};
 
+use crate::http::ApiKey;
+
 /// Why an adapter could not be configured.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -44,6 +46,20 @@ pub enum ConfigError {
 /// A non-empty environment variable.
 pub(crate) fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The API key in `variable`, or the error naming the variable and what to put there.
+pub(crate) fn env_key(
+    provider: &'static str,
+    variable: &'static str,
+    hint: &'static str,
+) -> Result<ApiKey, ConfigError> {
+    let key = env_var(variable).ok_or(ConfigError::MissingVariable {
+        provider,
+        variable,
+        hint,
+    })?;
+    Ok(ApiKey::new(key))
 }
 
 /// Whether an offered GPU is one the query asks for (any GPU when the query names none).

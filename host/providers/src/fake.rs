@@ -8,7 +8,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use neocloud_core::{FailureClass, InstancePhase, InstanceState, Offer, OfferQuery, ProviderId};
+use neocloud_core::{
+    FailureClass, GpuModel, InstancePhase, InstanceState, Offer, OfferCapacity, OfferQuery,
+    ProviderId,
+};
 use parking_lot::Mutex;
 
 use crate::provider::{CreateRequest, Operation, Provider, ProviderError};
@@ -59,6 +62,38 @@ impl FakeProvider {
             id,
             state: Mutex::new(state),
         }
+    }
+
+    /// The fake that `provider: fake` deployments and `provider smoke --provider fake` use: a
+    /// healthy fake named `fake` offering an A40, an A10 and a GTX 1070 on demand and the
+    /// GTX 1070 as spot, all in region `fake-1`.
+    pub fn sample_market() -> FakeProvider {
+        let fake = FakeProvider::new(ProviderId::Fake);
+        let offer = |id: &str, gpu: &str, price: f64, capacity| Offer {
+            provider: ProviderId::Fake,
+            id: id.to_owned(),
+            gpu: GpuModel::from_provider(gpu, None),
+            gpu_count: 1,
+            price_per_hour: price,
+            capacity,
+            region: "fake-1".to_owned(),
+            reliability: Some(0.99),
+            verified: true,
+            disk_gib: Some(100),
+            machine_id: None,
+            runpod_cloud: None,
+            expires_at: None,
+        };
+        let spot = OfferCapacity::Spot {
+            min_bid_per_hour: 0.05,
+        };
+        fake.set_offers(vec![
+            offer("fake-a40", "A40", 0.40, OfferCapacity::OnDemand),
+            offer("fake-a10", "A10", 0.60, OfferCapacity::OnDemand),
+            offer("fake-gtx1070", "GTX 1070", 0.08, OfferCapacity::OnDemand),
+            offer("fake-gtx1070-spot", "GTX 1070", 0.05, spot),
+        ]);
+        fake
     }
 
     /// Replaces the offers `list_offers` returns (and `create` accepts).

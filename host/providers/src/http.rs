@@ -4,7 +4,8 @@
 //! handling, transport-error classification, and API keys that never reach a log or a message.
 //!
 //! Not for provider error bodies (each adapter's `errors` module classifies those) and not for
-//! lost-response recovery (each adapter looks the instance up by name after an unknown outcome).
+//! lost-response recovery (the `adapter` module looks the instance up by name after an unknown
+//! outcome).
 
 use std::fmt;
 use std::time::Duration;

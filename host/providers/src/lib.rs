@@ -2,6 +2,7 @@
 //! that speaks a cloud's HTTP API. Adapters translate wire types into `neocloud-core` types and
 //! classify every error; they never decide where to rent.
 
+mod adapter;
 mod common;
 pub mod fake;
 mod http;

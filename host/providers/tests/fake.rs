@@ -4,59 +4,18 @@
 
 use std::sync::Arc;
 
-use neocloud_core::{
-    CapacityType, FailureClass, GpuModel, GpuRequest, Offer, OfferCapacity, OfferQuery,
-    ProviderHints, ProviderId, WorkloadSpec,
-};
+use neocloud_core::{FailureClass, Offer, OfferQuery, ProviderId};
 use neocloud_providers::{CreateRequest, FakeProvider, Operation, Provider, ProviderError};
 
 fn offer(id: &str, gpu: &str) -> Offer {
-    Offer {
-        provider: ProviderId::Fake,
-        id: id.to_owned(),
-        gpu: GpuModel::from_provider(gpu, None),
-        gpu_count: 1,
-        price_per_hour: 0.5,
-        capacity: OfferCapacity::OnDemand,
-        region: "us-east-1".to_owned(),
-        reliability: Some(0.99),
-        verified: true,
-        disk_gib: Some(100),
-        machine_id: None,
-        runpod_cloud: None,
-        expires_at: None,
-    }
-}
-
-fn workload() -> WorkloadSpec {
-    WorkloadSpec {
-        image: "busybox".into(),
-        command: vec![],
-        args: vec![],
-        env: vec![],
-        env_from: vec![],
-        ports: vec![],
-        gpu: GpuRequest {
-            count: 1,
-            accepted: vec![],
-        },
-        disk_gib: None,
-        capacity_type: CapacityType::OnDemand,
-        regions: vec![],
-        providers: vec![],
-        max_price_per_hour: None,
-        constraint: None,
-        rank: None,
-        policy: None,
-        hints: ProviderHints::default(),
-    }
+    neocloud_fixtures::offer(ProviderId::Fake, id, gpu, 0.5)
 }
 
 fn request(name: &str, offer: &Offer) -> CreateRequest {
     CreateRequest {
         external_name: name.to_owned(),
         offer: offer.clone(),
-        workload: workload(),
+        workload: neocloud_fixtures::workload(),
         env: vec![("TOKEN".into(), "s3cret-value".into())],
         bid_per_hour: None,
         boot: None,
@@ -269,4 +228,28 @@ fn a_create_request_debug_shows_env_names_but_never_values() {
         text.contains("TOKEN") && !text.contains("s3cret-value"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn the_sample_market_offers_four_single_gpu_offers_in_fake_1() {
+    let fake = FakeProvider::sample_market();
+    let query = OfferQuery {
+        gpu_models: vec![],
+        gpu_count: 1,
+        capacity: None,
+    };
+    let mut ids: Vec<_> = fake
+        .list_offers(&query)
+        .await
+        .unwrap()
+        .into_iter()
+        .inspect(|o| assert_eq!((o.region.as_str(), o.gpu_count), ("fake-1", 1)))
+        .map(|o| o.id)
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        ["fake-a10", "fake-a40", "fake-gtx1070", "fake-gtx1070-spot"]
+    );
+    assert_eq!(fake.id(), ProviderId::Fake);
 }

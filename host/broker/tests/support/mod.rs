@@ -3,10 +3,7 @@
 #![allow(dead_code)] // each test file uses a different part of these helpers
 
 use chrono::{DateTime, TimeZone, Utc};
-use neocloud_core::{
-    CapacityType, GpuModel, GpuRequest, Offer, OfferCapacity, ProviderHints, ProviderId,
-    WorkloadSpec,
-};
+use neocloud_core::{CapacityType, GpuModel, Offer, OfferCapacity, ProviderId, WorkloadSpec};
 use proptest::prelude::*;
 
 pub mod world;
@@ -25,47 +22,7 @@ pub fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap()
 }
 
-pub fn workload() -> WorkloadSpec {
-    WorkloadSpec {
-        image: "pytorch/pytorch:2.4.0".into(),
-        command: vec![],
-        args: vec![],
-        env: vec![],
-        env_from: vec![],
-        ports: vec![],
-        gpu: GpuRequest {
-            count: 1,
-            accepted: vec![],
-        },
-        disk_gib: None,
-        capacity_type: CapacityType::OnDemand,
-        regions: vec![],
-        providers: vec![],
-        max_price_per_hour: None,
-        constraint: None,
-        rank: None,
-        policy: None,
-        hints: ProviderHints::default(),
-    }
-}
-
-pub fn offer(provider: ProviderId, id: &str, gpu: &str, price: f64) -> Offer {
-    Offer {
-        provider,
-        id: id.to_owned(),
-        gpu: GpuModel::from_provider(gpu, None),
-        gpu_count: 1,
-        price_per_hour: price,
-        capacity: OfferCapacity::OnDemand,
-        region: "us-east-1".to_owned(),
-        reliability: Some(0.99),
-        verified: true,
-        disk_gib: Some(100),
-        machine_id: None,
-        runpod_cloud: None,
-        expires_at: None,
-    }
-}
+pub use neocloud_fixtures::{offer, workload};
 
 /// The hard constraints, written out again independently of `constraints.rs`.
 pub fn satisfies(w: &WorkloadSpec, o: &Offer, policy_max: Option<f64>) -> bool {

@@ -180,9 +180,7 @@ impl FallbackPolicy for InstrumentedFallback {
 #[cfg(test)]
 mod tests {
     use neocloud_broker::{CheapestFirst, DefaultFallback, Failure, MinimumBid};
-    use neocloud_core::{
-        CapacityType, FailureClass, GpuModel, GpuRequest, OfferCapacity, ProviderHints, ProviderId,
-    };
+    use neocloud_core::{FailureClass, GpuModel, ProviderId};
 
     use super::*;
     use crate::metrics::tests::sample;
@@ -208,44 +206,16 @@ mod tests {
     }
 
     fn workload() -> WorkloadSpec {
-        WorkloadSpec {
-            image: "img".to_owned(),
-            command: Vec::new(),
-            args: Vec::new(),
-            env: Vec::new(),
-            env_from: Vec::new(),
-            ports: Vec::new(),
-            gpu: GpuRequest {
-                count: 1,
-                accepted: Vec::new(),
-            },
-            disk_gib: None,
-            capacity_type: CapacityType::OnDemand,
-            regions: Vec::new(),
-            providers: Vec::new(),
-            max_price_per_hour: None,
-            constraint: None,
-            rank: None,
-            policy: None,
-            hints: ProviderHints::default(),
-        }
+        neocloud_fixtures::workload()
     }
 
     fn offer(id: &str, price: f64) -> Offer {
         Offer {
-            provider: ProviderId::Fake,
-            id: id.to_owned(),
             gpu: GpuModel::from_provider("A100 SXM 80GB", Some(80)),
-            gpu_count: 1,
-            price_per_hour: price,
-            capacity: OfferCapacity::OnDemand,
             region: "eu".to_owned(),
             reliability: None,
-            verified: true,
             disk_gib: None,
-            machine_id: None,
-            runpod_cloud: None,
-            expires_at: None,
+            ..neocloud_fixtures::offer(ProviderId::Fake, id, "A100", price)
         }
     }
 

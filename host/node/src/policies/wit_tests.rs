@@ -1,16 +1,11 @@
 use chrono::TimeZone;
-use neocloud_core::{GpuRequest, OfferCapacity, ProviderHints};
+use neocloud_core::{GpuRequest, OfferCapacity};
 
 use super::*;
 
 fn spec() -> WorkloadSpec {
     WorkloadSpec {
         image: "img".to_owned(),
-        command: Vec::new(),
-        args: Vec::new(),
-        env: Vec::new(),
-        env_from: Vec::new(),
-        ports: Vec::new(),
         gpu: GpuRequest {
             count: 2,
             accepted: GpuModel::accepted_by_name("H100"),
@@ -20,28 +15,22 @@ fn spec() -> WorkloadSpec {
         regions: vec!["us-east-1".to_owned()],
         providers: vec![ProviderId::Vast, ProviderId::Runpod],
         max_price_per_hour: Some(4.0),
-        constraint: None,
         rank: Some("-offer.price_per_hour".to_owned()),
         policy: Some("cheap".to_owned()),
-        hints: ProviderHints::default(),
+        ..neocloud_fixtures::workload()
     }
 }
 
 fn offer_at(id: &str, region: &str, capacity: OfferCapacity) -> Offer {
     Offer {
-        provider: ProviderId::Vast,
-        id: id.to_owned(),
         gpu: GpuModel::from_provider("A100 SXM4 80GB", Some(80)),
         gpu_count: 2,
-        price_per_hour: 3.0,
         capacity,
         region: region.to_owned(),
         reliability: None,
         verified: false,
         disk_gib: None,
-        machine_id: None,
-        runpod_cloud: None,
-        expires_at: None,
+        ..neocloud_fixtures::offer(ProviderId::Vast, id, "A100", 3.0)
     }
 }
 

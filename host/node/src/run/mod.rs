@@ -26,7 +26,9 @@ use neocloud_broker::{
 use neocloud_core::ProviderId;
 use neocloud_policy::cel::{CelEngine, CelLimits};
 use neocloud_policy::wasm::{EngineConfig, WasmEngine};
-use neocloud_providers::{LambdaProvider, Provider, RunpodProvider, VastConfig, VastProvider};
+use neocloud_providers::{
+    FakeProvider, LambdaProvider, Provider, RunpodProvider, VastConfig, VastProvider,
+};
 use tokio::sync::{oneshot, watch};
 
 pub use capacity::gpus_within_budget;
@@ -55,7 +57,7 @@ pub fn providers_from_env(ids: &[ProviderId]) -> anyhow::Result<Vec<Arc<dyn Prov
                 ProviderId::Runpod => Arc::new(RunpodProvider::from_env()?),
                 ProviderId::Lambda => Arc::new(LambdaProvider::from_env()?),
                 ProviderId::Vast => Arc::new(VastProvider::new(VastConfig::from_env()?)?),
-                ProviderId::Fake => Arc::new(crate::smoke::fake_market()),
+                ProviderId::Fake => Arc::new(FakeProvider::sample_market()),
                 ProviderId::Kube => anyhow::bail!("providers: kube is not available yet"),
             })
         })

@@ -11,9 +11,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use neocloud_cloudsim::{CloudSim, CloudSimConfig, SimConfig};
-use neocloud_core::{
-    CapacityType, GpuRequest, InstanceState, OfferQuery, ProviderHints, WorkloadSpec,
-};
+use neocloud_core::{CapacityType, InstanceState, OfferQuery, WorkloadSpec};
 use neocloud_providers::{
     ApiKey, CreateRequest, HttpConfig, LambdaConfig, LambdaProvider, Provider, RunpodConfig,
     RunpodProvider, VastConfig, VastProvider,
@@ -109,27 +107,10 @@ pub async fn bind(ctx: &TestContext, name: &str, role: &str, kind: &str, subject
 
 /// A one-GPU on-demand workload that sleeps for an hour.
 pub fn workload() -> WorkloadSpec {
-    WorkloadSpec {
-        image: "busybox:1.36".into(),
-        command: vec!["sleep".into()],
-        args: vec!["3600".into()],
-        env: vec![],
-        env_from: vec![],
-        ports: vec![],
-        gpu: GpuRequest {
-            count: 1,
-            accepted: vec![],
-        },
-        disk_gib: None,
-        capacity_type: CapacityType::OnDemand,
-        regions: vec![],
-        providers: vec![],
-        max_price_per_hour: None,
-        constraint: None,
-        rank: None,
-        policy: None,
-        hints: ProviderHints::default(),
-    }
+    let mut workload = neocloud_fixtures::workload();
+    workload.command = vec!["sleep".into()];
+    workload.args = vec!["3600".into()];
+    workload
 }
 
 /// Rents the cheapest single-GPU on-demand offer under `name`, straight at the provider.

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use neocloud_core::{FailureClass, InstanceState, Offer, OfferQuery, ProviderId};
-use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
@@ -19,6 +18,7 @@ use super::config::LambdaConfig;
 use super::convert::{self, NAME_TAG};
 use super::errors::{self, INSUFFICIENT_CAPACITY};
 use super::wire::{Data, Instance, InstanceTypes, Launch, Launched, SshKey, Tag, Terminate};
+use crate::adapter;
 use crate::common::{ConfigError, NameLocks, wants_capacity};
 use crate::http::{Call, Http, Safety};
 use crate::provider::{CreateRequest, Operation, Provider, ProviderError};
@@ -87,8 +87,7 @@ pub struct LambdaProvider {
 
 impl fmt::Debug for LambdaProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LambdaProvider")
-            .field("http", &self.http)
+        adapter::debug(f, "LambdaProvider", &self.http)
             .field("ssh_key_name", &self.config.ssh_key_name)
             .finish()
     }
@@ -97,28 +96,20 @@ impl fmt::Debug for LambdaProvider {
 impl LambdaProvider {
     /// An adapter for `config`.
     pub fn new(config: LambdaConfig) -> Result<LambdaProvider, ConfigError> {
-        let invalid = |message: &str| ConfigError::Invalid {
-            provider: "lambda",
-            message: message.to_owned(),
-        };
-        if config.api_key.is_empty() {
-            return Err(invalid("api_key is empty"));
-        }
-        if config.ssh_key_name.trim().is_empty() {
-            return Err(invalid(
-                "ssh_key_name is empty; lambda requires exactly one ssh key per launch",
-            ));
-        }
-        let http = Http::new(
+        let http = adapter::client(
             ProviderId::Lambda,
             &config.base_url,
-            config.api_key.clone(),
-            config.http.clone(),
-        )
-        .map_err(|source| ConfigError::Client {
-            provider: "lambda",
-            source,
-        })?;
+            &config.api_key,
+            &config.http,
+        )?;
+        if config.ssh_key_name.trim().is_empty() {
+            let message =
+                "ssh_key_name is empty; lambda requires exactly one ssh key per launch".to_owned();
+            return Err(ConfigError::Invalid {
+                provider: "lambda",
+                message,
+            });
+        }
         let limiter = LaunchLimiter::new(Duration::from_millis(config.launch_interval_ms));
         Ok(LambdaProvider {
             http,
@@ -138,15 +129,8 @@ impl LambdaProvider {
         call: Call<'_>,
         path: &str,
     ) -> Result<T, ProviderError> {
-        let url = self.http.url(path);
-        let reply = self
-            .http
-            .send(call, Safety::Retryable, |c| c.get(&url))
-            .await?;
-        if !reply.status.is_success() {
-            return Err(errors::error(&self.http, call, &reply));
-        }
-        Ok(self.http.decode::<Data<T>>(call, &reply)?.data)
+        let data: Data<T> = self.http.get_json(call, path, errors::error).await?;
+        Ok(data.data)
     }
 
     async fn instances(&self, call: Call<'_>) -> Result<Vec<InstanceState>, ProviderError> {
@@ -250,24 +234,6 @@ impl LambdaProvider {
         }
     }
 
-    async fn recover(
-        &self,
-        name: &str,
-        error: ProviderError,
-    ) -> Result<InstanceState, ProviderError> {
-        match self.find_by_name(name).await {
-            Ok(Some(found)) => {
-                tracing::info!(provider = "lambda", name, id = %found.id, class = %error.class, "recovered a launch whose answer was lost");
-                Ok(found)
-            }
-            Ok(None) => Err(error),
-            Err(lookup) => {
-                tracing::warn!(provider = "lambda", name, error = %lookup, "lookup by name after an unknown launch outcome failed");
-                Err(error)
-            }
-        }
-    }
-
     fn check_request(
         &self,
         call: Call<'_>,
@@ -324,15 +290,9 @@ impl Provider for LambdaProvider {
         let name = request.external_name.as_str();
         let call = Call::new(Operation::Create, Some(name));
         let (kind, region) = self.check_request(call, request)?;
-        let _serialised = self.locks.lock(name).await;
-        if let Some(existing) = self.find_by_name(name).await? {
-            return Ok(existing);
-        }
-        self.check_capacity(call, &kind, &region).await?;
-        match self.launch(request, &kind, &region).await {
-            Err(error) if error.class.outcome_unknown() => self.recover(name, error).await,
-            other => other,
-        }
+        let check = self.check_capacity(call, &kind, &region);
+        let launch = self.launch(request, &kind, &region);
+        adapter::create_once(self, &self.locks, name, check, launch).await
     }
 
     async fn get(&self, id: &str) -> Result<Option<InstanceState>, ProviderError> {
@@ -341,17 +301,11 @@ impl Provider for LambdaProvider {
             return Ok(None);
         }
         let url = self.http.url(&format!("/instances/{id}"));
-        let reply = self
+        let found: Option<Data<Instance>> = self
             .http
-            .send(call, Safety::Retryable, |c| c.get(&url))
+            .optional(call, errors::error, |c| c.get(&url))
             .await?;
-        match reply.status {
-            StatusCode::NOT_FOUND => Ok(None),
-            s if s.is_success() => Ok(Some(convert::state(
-                &self.http.decode::<Data<Instance>>(call, &reply)?.data,
-            ))),
-            _ => Err(errors::error(&self.http, call, &reply)),
-        }
+        Ok(found.map(|d| convert::state(&d.data)))
     }
 
     async fn find_by_name(
@@ -381,14 +335,9 @@ impl Provider for LambdaProvider {
             instance_ids: vec![id.to_owned()],
         };
         let url = self.http.url("/instance-operations/terminate");
-        let reply = self
-            .http
-            .send(call, Safety::Retryable, |c| c.post(&url).json(&body))
-            .await?;
-        match reply.status {
-            s if s.is_success() || s == StatusCode::NOT_FOUND => Ok(()),
-            _ => Err(errors::error(&self.http, call, &reply)),
-        }
+        self.http
+            .remove(call, errors::error, |c| c.post(&url).json(&body))
+            .await
     }
 
     async fn health(&self) -> Result<(), ProviderError> {

@@ -7,7 +7,7 @@
 
 use serde::Deserialize;
 
-use crate::common::{ConfigError, env_var};
+use crate::common::{ConfigError, env_key, env_var};
 use crate::http::{ApiKey, HttpConfig};
 
 /// The documented API base (the old `cloud.lambdalabs.com` host is deprecated).
@@ -73,8 +73,7 @@ impl LambdaConfig {
             variable,
             hint,
         };
-        let key =
-            env_var("LAMBDA_API_KEY").ok_or(missing("LAMBDA_API_KEY", "a Lambda Cloud API key"))?;
+        let key = env_key("lambda", "LAMBDA_API_KEY", "a Lambda Cloud API key")?;
         let ssh = env_var("LAMBDA_SSH_KEY_NAME")
             .or_else(|| {
                 env_var("LAMBDA_E2E_SSH_KEY_NAMES")
@@ -84,7 +83,7 @@ impl LambdaConfig {
                 "LAMBDA_SSH_KEY_NAME",
                 "the name of an SSH key registered in the Lambda account",
             ))?;
-        let mut config = LambdaConfig::new(ApiKey::new(key), ssh);
+        let mut config = LambdaConfig::new(key, ssh);
         if let Some(base) = env_var("LAMBDA_API_BASE_URL") {
             config.base_url = base;
         }

@@ -7,10 +7,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::ready;
 
 use async_trait::async_trait;
 use neocloud_core::{FailureClass, InstanceState, Offer, OfferQuery, ProviderId};
-use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -18,6 +18,7 @@ use super::config::RunpodConfig;
 use super::convert::{self, Placement, SpotTable};
 use super::errors::{gql_error, rest_error};
 use super::wire::{self, Catalog, CreatePod, GqlRequest, GqlResponse, Pod, PodGpu, PodList};
+use crate::adapter;
 use crate::common::{ConfigError, NameLocks, wants_capacity};
 use crate::http::{Call, Http, Safety, excerpt};
 use crate::provider::{CreateRequest, Operation, Provider, ProviderError};
@@ -33,32 +34,19 @@ pub struct RunpodProvider {
 
 impl fmt::Debug for RunpodProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RunpodProvider")
-            .field("http", &self.http)
-            .finish()
+        adapter::debug(f, "RunpodProvider", &self.http).finish()
     }
 }
 
 impl RunpodProvider {
     /// An adapter for `config`.
     pub fn new(config: RunpodConfig) -> Result<RunpodProvider, ConfigError> {
-        if config.api_key.is_empty() {
-            let message = "api_key is empty".to_owned();
-            return Err(ConfigError::Invalid {
-                provider: "runpod",
-                message,
-            });
-        }
-        let http = Http::new(
+        let http = adapter::client(
             ProviderId::Runpod,
             &config.base_url,
-            config.api_key.clone(),
-            config.http.clone(),
-        )
-        .map_err(|source| ConfigError::Client {
-            provider: "runpod",
-            source,
-        })?;
+            &config.api_key,
+            &config.http,
+        )?;
         Ok(RunpodProvider {
             http,
             config,
@@ -69,22 +57,6 @@ impl RunpodProvider {
     /// An adapter configured from `RUNPOD_API_KEY` and `RUNPOD_API_BASE_URL`.
     pub fn from_env() -> Result<RunpodProvider, ConfigError> {
         RunpodProvider::new(RunpodConfig::from_env()?)
-    }
-
-    async fn get_json<T: DeserializeOwned>(
-        &self,
-        call: Call<'_>,
-        path: &str,
-    ) -> Result<T, ProviderError> {
-        let url = self.http.url(path);
-        let reply = self
-            .http
-            .send(call, Safety::Retryable, |c| c.get(&url))
-            .await?;
-        if !reply.status.is_success() {
-            return Err(rest_error(&self.http, call, &reply));
-        }
-        self.http.decode(call, &reply)
     }
 
     async fn gql<T: DeserializeOwned>(
@@ -137,7 +109,7 @@ impl RunpodProvider {
                 Some(c) => format!("/v2/pods?cursor={}", url_escape(c)),
                 None => "/v2/pods".to_owned(),
             };
-            let page: PodList = self.get_json(call, &path).await?;
+            let page: PodList = self.http.get_json(call, &path, rest_error).await?;
             all.extend(page.pods);
             match page.pagination {
                 Some(p) if p.has_next_page && p.next_cursor.is_some() => cursor = p.next_cursor,
@@ -146,12 +118,24 @@ impl RunpodProvider {
         }
     }
 
-    async fn rent(
+    /// Where the offer id says to rent.
+    fn placement(
         &self,
+        call: Call<'_>,
         request: &CreateRequest,
-        placement: &Placement,
-    ) -> Result<InstanceState, ProviderError> {
+    ) -> Result<Placement, ProviderError> {
+        Placement::parse(&request.offer.id).ok_or_else(|| {
+            let message = format!(
+                "offer id {} is not a runpod offer (gpuType/CLOUD/dataCenter)",
+                request.offer.id
+            );
+            self.http.error(call, FailureClass::InvalidRequest, message)
+        })
+    }
+
+    async fn rent(&self, request: &CreateRequest) -> Result<InstanceState, ProviderError> {
         let call = Call::new(Operation::Create, Some(&request.external_name));
+        let placement = &self.placement(call, request)?;
         let ports = convert::ports(request).map_err(|port| {
             let message =
                 format!("runpod publishes only tcp ports; udp port {port} cannot be exposed");
@@ -162,14 +146,12 @@ impl RunpodProvider {
         }
         let body = self.create_body(request, placement, ports);
         let url = self.http.url("/v2/pods");
-        let reply = self
+        let pod: Pod = self
             .http
-            .send(call, Safety::CreateOnce, |c| c.post(&url).json(&body))
+            .json(call, Safety::CreateOnce, rest_error, |c| {
+                c.post(&url).json(&body)
+            })
             .await?;
-        if !reply.status.is_success() {
-            return Err(rest_error(&self.http, call, &reply));
-        }
-        let pod: Pod = self.http.decode(call, &reply)?;
         Ok(convert::state(&pod))
     }
 
@@ -253,25 +235,6 @@ impl RunpodProvider {
         }
         input
     }
-
-    /// After an unknown outcome: the instance if the name exists now, else the original error.
-    async fn recover(
-        &self,
-        name: &str,
-        error: ProviderError,
-    ) -> Result<InstanceState, ProviderError> {
-        match self.find_by_name(name).await {
-            Ok(Some(found)) => {
-                tracing::info!(provider = "runpod", name, id = %found.id, class = %error.class, "recovered a create whose answer was lost");
-                Ok(found)
-            }
-            Ok(None) => Err(error),
-            Err(lookup) => {
-                tracing::warn!(provider = "runpod", name, error = %lookup, "lookup by name after an unknown create outcome failed");
-                Err(error)
-            }
-        }
-    }
 }
 
 fn url_escape(text: &str) -> String {
@@ -302,7 +265,7 @@ impl Provider for RunpodProvider {
         let mut offers = Vec::new();
         for cloud in CLOUDS {
             let path = format!("/v2/catalog/gpus?include=AVAILABILITY&product=POD&cloud={cloud}");
-            let catalog: Catalog = self.get_json(call, &path).await?;
+            let catalog: Catalog = self.http.get_json(call, &path, rest_error).await?;
             for gpu in &catalog.gpus {
                 offers.extend(convert::catalog_offers(
                     gpu,
@@ -318,22 +281,8 @@ impl Provider for RunpodProvider {
 
     async fn create(&self, request: &CreateRequest) -> Result<InstanceState, ProviderError> {
         let name = request.external_name.as_str();
-        let _serialised = self.locks.lock(name).await;
-        if let Some(existing) = self.find_by_name(name).await? {
-            return Ok(existing);
-        }
-        let call = Call::new(Operation::Create, Some(name));
-        let Some(placement) = Placement::parse(&request.offer.id) else {
-            let message = format!(
-                "offer id {} is not a runpod offer (gpuType/CLOUD/dataCenter)",
-                request.offer.id
-            );
-            return Err(self.http.error(call, FailureClass::InvalidRequest, message));
-        };
-        match self.rent(request, &placement).await {
-            Err(error) if error.class.outcome_unknown() => self.recover(name, error).await,
-            other => other,
-        }
+        let rent = self.rent(request);
+        adapter::create_once(self, &self.locks, name, ready(Ok(())), rent).await
     }
 
     async fn get(&self, id: &str) -> Result<Option<InstanceState>, ProviderError> {
@@ -342,17 +291,11 @@ impl Provider for RunpodProvider {
             return Ok(None);
         }
         let url = self.http.url(&format!("/v2/pods/{}", url_escape(id)));
-        let reply = self
+        let pod: Option<Pod> = self
             .http
-            .send(call, Safety::Retryable, |c| c.get(&url))
+            .optional(call, rest_error, |c| c.get(&url))
             .await?;
-        match reply.status {
-            StatusCode::NOT_FOUND => Ok(None),
-            s if s.is_success() => Ok(Some(convert::state(
-                &self.http.decode::<Pod>(call, &reply)?,
-            ))),
-            _ => Err(rest_error(&self.http, call, &reply)),
-        }
+        Ok(pod.as_ref().map(convert::state))
     }
 
     async fn find_by_name(
@@ -388,18 +331,14 @@ impl Provider for RunpodProvider {
             return Ok(());
         }
         let url = self.http.url(&format!("/v2/pods/{}", url_escape(id)));
-        let reply = self
-            .http
-            .send(call, Safety::Retryable, |c| c.delete(&url))
-            .await?;
-        match reply.status {
-            s if s.is_success() || s == StatusCode::NOT_FOUND => Ok(()),
-            _ => Err(rest_error(&self.http, call, &reply)),
-        }
+        self.http.remove(call, rest_error, |c| c.delete(&url)).await
     }
 
     async fn health(&self) -> Result<(), ProviderError> {
         let call = Call::new(Operation::Health, None);
-        self.get_json::<PodList>(call, "/v2/pods").await.map(drop)
+        self.http
+            .get_json::<PodList>(call, "/v2/pods", rest_error)
+            .await
+            .map(drop)
     }
 }

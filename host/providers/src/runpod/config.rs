@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use crate::common::{ConfigError, env_var};
+use crate::common::{ConfigError, env_key, env_var};
 use crate::http::{ApiKey, HttpConfig};
 
 /// The documented API origin; REST v2 lives under `/v2` and GraphQL at `/graphql`.
@@ -54,12 +54,8 @@ impl RunpodConfig {
 
     /// From `RUNPOD_API_KEY` (required) and `RUNPOD_API_BASE_URL` (optional).
     pub fn from_env() -> Result<RunpodConfig, ConfigError> {
-        let key = env_var("RUNPOD_API_KEY").ok_or(ConfigError::MissingVariable {
-            provider: "runpod",
-            variable: "RUNPOD_API_KEY",
-            hint: "a RunPod API key with read and write scope",
-        })?;
-        let mut config = RunpodConfig::new(ApiKey::new(key));
+        let hint = "a RunPod API key with read and write scope";
+        let mut config = RunpodConfig::new(env_key("runpod", "RUNPOD_API_KEY", hint)?);
         if let Some(base) = env_var("RUNPOD_API_BASE_URL") {
             config.base_url = base;
         }

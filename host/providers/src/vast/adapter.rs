@@ -17,6 +17,7 @@ use super::config::{MAX_PAGE_SIZE, VastConfig};
 use super::convert::{self, VastSearch};
 use super::errors;
 use super::wire::{Offers, One, Outcome, Page, VastInstance};
+use crate::adapter;
 use crate::common::{ConfigError, NameLocks, wants_capacity};
 use crate::http::{Call, Http, Safety, excerpt};
 use crate::provider::{CreateRequest, Operation, Provider, ProviderError};
@@ -30,38 +31,29 @@ pub struct VastProvider {
 
 impl fmt::Debug for VastProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("VastProvider")
-            .field("http", &self.http)
-            .finish()
+        adapter::debug(f, "VastProvider", &self.http).finish()
     }
 }
 
 impl VastProvider {
     /// An adapter for `config`.
     pub fn new(config: VastConfig) -> Result<VastProvider, ConfigError> {
-        let invalid = |message: String| ConfigError::Invalid {
-            provider: "vast",
-            message,
-        };
-        if config.api_key.is_empty() {
-            return Err(invalid("api_key is empty".to_owned()));
-        }
-        if !(1..=MAX_PAGE_SIZE).contains(&config.page_size) {
-            return Err(invalid(format!(
-                "page_size must be 1 to {MAX_PAGE_SIZE}, not {}",
-                config.page_size
-            )));
-        }
-        let http = Http::new(
+        let http = adapter::client(
             ProviderId::Vast,
             &config.base_url,
-            config.api_key.clone(),
-            config.http.clone(),
-        )
-        .map_err(|source| ConfigError::Client {
-            provider: "vast",
-            source,
-        })?;
+            &config.api_key,
+            &config.http,
+        )?;
+        if !(1..=MAX_PAGE_SIZE).contains(&config.page_size) {
+            let message = format!(
+                "page_size must be 1 to {MAX_PAGE_SIZE}, not {}",
+                config.page_size
+            );
+            return Err(ConfigError::Invalid {
+                provider: "vast",
+                message,
+            });
+        }
         Ok(VastProvider {
             http,
             config,
@@ -101,14 +93,11 @@ impl VastProvider {
 
     async fn search(&self, call: Call<'_>, body: &Value) -> Result<Offers, ProviderError> {
         let url = self.http.url("/api/v0/bundles/");
-        let reply = self
-            .http
-            .send(call, Safety::Retryable, |c| c.post(&url).json(body))
-            .await?;
-        if !reply.status.is_success() {
-            return Err(errors::error(&self.http, call, &reply));
-        }
-        self.http.decode(call, &reply)
+        self.http
+            .json(call, Safety::Retryable, errors::error, |c| {
+                c.post(&url).json(body)
+            })
+            .await
     }
 
     async fn page(
@@ -128,14 +117,11 @@ impl VastProvider {
             params.push(("after_token", Value::from(token).to_string()));
         }
         let url = self.http.url("/api/v1/instances/");
-        let reply = self
-            .http
-            .send(call, Safety::Retryable, |c| c.get(&url).query(&params))
-            .await?;
-        if !reply.status.is_success() {
-            return Err(errors::error(&self.http, call, &reply));
-        }
-        self.http.decode(call, &reply)
+        self.http
+            .json(call, Safety::Retryable, errors::error, |c| {
+                c.get(&url).query(&params)
+            })
+            .await
     }
 
     /// Every instance matching `filters`, following `next_token` to the last page.
@@ -268,24 +254,6 @@ impl VastProvider {
         }
         error
     }
-
-    async fn recover(
-        &self,
-        name: &str,
-        error: ProviderError,
-    ) -> Result<InstanceState, ProviderError> {
-        match self.find_by_name(name).await {
-            Ok(Some(found)) => {
-                tracing::info!(provider = "vast", name, id = %found.id, class = %error.class, "recovered a rental whose answer was lost");
-                Ok(found)
-            }
-            Ok(None) => Err(error),
-            Err(lookup) => {
-                tracing::warn!(provider = "vast", name, error = %lookup, "lookup by label after an unknown rental outcome failed");
-                Err(error)
-            }
-        }
-    }
 }
 
 #[async_trait]
@@ -306,15 +274,9 @@ impl Provider for VastProvider {
             let message = format!("offer id {} is not a vast ask id", request.offer.id);
             return Err(self.http.error(call, FailureClass::InvalidRequest, message));
         };
-        let _serialised = self.locks.lock(name).await;
-        if let Some(existing) = self.find_by_name(name).await? {
-            return Ok(existing);
-        }
-        self.check_fresh_price(call, request, ask).await?;
-        match self.rent(call, request, ask).await {
-            Err(error) if error.class.outcome_unknown() => self.recover(name, error).await,
-            other => other,
-        }
+        let check = self.check_fresh_price(call, request, ask);
+        let rent = self.rent(call, request, ask);
+        adapter::create_once(self, &self.locks, name, check, rent).await
     }
 
     async fn get(&self, id: &str) -> Result<Option<InstanceState>, ProviderError> {
@@ -323,22 +285,13 @@ impl Provider for VastProvider {
             return Ok(None);
         };
         let url = self.http.url(&format!("/api/v0/instances/{number}/"));
-        let reply = self
+        let found: Option<One> = self
             .http
-            .send(call, Safety::Retryable, |c| {
+            .optional(call, errors::error, |c| {
                 c.get(&url).query(&[("owner", "me")])
             })
             .await?;
-        match reply.status {
-            StatusCode::NOT_FOUND => Ok(None),
-            s if s.is_success() => Ok(self
-                .http
-                .decode::<One>(call, &reply)?
-                .instances
-                .as_ref()
-                .map(convert::state)),
-            _ => Err(errors::error(&self.http, call, &reply)),
-        }
+        Ok(found.and_then(|one| one.instances.as_ref().map(convert::state)))
     }
 
     async fn find_by_name(

@@ -8,7 +8,7 @@
 use neocloud_core::workload::{VAST_DEFAULT_DISK_GIB, VAST_DEFAULT_MIN_RELIABILITY};
 use serde::Deserialize;
 
-use crate::common::{ConfigError, env_var};
+use crate::common::{ConfigError, env_key, env_var};
 use crate::http::{ApiKey, HttpConfig};
 
 /// The documented API origin; paths are `/api/v0/...` and `/api/v1/instances/`.
@@ -82,12 +82,8 @@ impl VastConfig {
 
     /// From `VAST_API_KEY` (required) and `VAST_API_BASE_URL` (optional).
     pub fn from_env() -> Result<VastConfig, ConfigError> {
-        let key = env_var("VAST_API_KEY").ok_or(ConfigError::MissingVariable {
-            provider: "vast",
-            variable: "VAST_API_KEY",
-            hint: "a Vast.ai API key",
-        })?;
-        let mut config = VastConfig::new(ApiKey::new(key));
+        let key = env_key("vast", "VAST_API_KEY", "a Vast.ai API key")?;
+        let mut config = VastConfig::new(key);
         if let Some(base) = env_var("VAST_API_BASE_URL") {
             config.base_url = base;
         }

@@ -5,9 +5,7 @@
 use std::time::{Duration, Instant};
 
 use neocloud_cloudsim::{FaultKind, FaultRule, LambdaSim, RunpodSim, SimConfig, VastSim};
-use neocloud_core::{
-    CapacityType, FailureClass, GpuRequest, Offer, OfferQuery, ProviderHints, WorkloadSpec,
-};
+use neocloud_core::{CapacityType, FailureClass, Offer, OfferQuery};
 use neocloud_providers::{
     ApiKey, CreateRequest, LambdaConfig, LambdaProvider, Provider, RunpodConfig, RunpodProvider,
     VastConfig, VastProvider,
@@ -25,27 +23,8 @@ fn query() -> OfferQuery {
 }
 
 fn request(name: &str, offer: &Offer) -> CreateRequest {
-    let workload = WorkloadSpec {
-        image: "busybox".into(),
-        command: vec![],
-        args: vec![],
-        env: vec![],
-        env_from: vec![],
-        ports: vec![],
-        gpu: GpuRequest {
-            count: offer.gpu_count,
-            accepted: vec![],
-        },
-        disk_gib: None,
-        capacity_type: CapacityType::OnDemand,
-        regions: vec![],
-        providers: vec![],
-        max_price_per_hour: None,
-        constraint: None,
-        rank: None,
-        policy: None,
-        hints: ProviderHints::default(),
-    };
+    let mut workload = neocloud_fixtures::workload();
+    workload.gpu.count = offer.gpu_count;
     CreateRequest {
         external_name: name.into(),
         offer: offer.clone(),

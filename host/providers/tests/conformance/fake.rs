@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use neocloud_cloudsim::FaultKind;
-use neocloud_core::{FailureClass, GpuModel, InstancePhase, Offer, OfferCapacity, ProviderId};
+use neocloud_core::{FailureClass, InstancePhase, Offer, OfferCapacity, ProviderId};
 use neocloud_providers::{FakeProvider, Provider};
 
 use crate::harness::{self, Cloud, Ledger, Route};
@@ -16,19 +16,9 @@ pub struct FakeCloud {
 
 fn offer(id: &str, capacity: OfferCapacity, price: f64) -> Offer {
     Offer {
-        provider: ProviderId::Fake,
-        id: id.to_owned(),
-        gpu: GpuModel::from_provider("A40", None),
-        gpu_count: 1,
-        price_per_hour: price,
         capacity,
         region: "fake-1".into(),
-        reliability: Some(0.99),
-        verified: true,
-        disk_gib: Some(100),
-        machine_id: None,
-        runpod_cloud: None,
-        expires_at: None,
+        ..neocloud_fixtures::offer(ProviderId::Fake, id, "A40", price)
     }
 }
 

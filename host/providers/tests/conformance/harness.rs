@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use neocloud_cloudsim::FaultKind;
-use neocloud_core::{CapacityType, GpuRequest, Offer, OfferQuery, ProviderHints, WorkloadSpec};
+use neocloud_core::{CapacityType, Offer, OfferQuery, WorkloadSpec};
 use neocloud_providers::{CreateRequest, HttpConfig, Provider};
 
 /// The kinds of route a fault can be armed on.
@@ -108,27 +108,11 @@ pub fn spot() -> OfferQuery {
 
 /// A small workload.
 pub fn workload(gpus: u32) -> WorkloadSpec {
-    WorkloadSpec {
-        image: "busybox:1.36".into(),
-        command: vec!["sh".into(), "-c".into()],
-        args: vec!["echo hello && sleep 3600".into()],
-        env: vec![],
-        env_from: vec![],
-        ports: vec![],
-        gpu: GpuRequest {
-            count: gpus,
-            accepted: vec![],
-        },
-        disk_gib: None,
-        capacity_type: CapacityType::OnDemand,
-        regions: vec![],
-        providers: vec![],
-        max_price_per_hour: None,
-        constraint: None,
-        rank: None,
-        policy: None,
-        hints: ProviderHints::default(),
-    }
+    let mut workload = neocloud_fixtures::workload();
+    workload.command = vec!["sh".into(), "-c".into()];
+    workload.args = vec!["echo hello && sleep 3600".into()];
+    workload.gpu.count = gpus;
+    workload
 }
 
 /// A create request for `offer` under `name`.
