@@ -388,16 +388,15 @@ async fn a_leader_sigkilled_while_rentals_are_in_flight_leaves_the_standby_withi
     let world = World::new("run-inflight").await;
     // Every create answers after 4 s: the leader is killed with rentals in flight, whose
     // instances the providers create anyway.
-    for kind in [FaultKind::Slow { delay_ms: 4000 }] {
-        world
-            .sims
-            .runpod
-            .add_fault(FaultRule::next("POST /v2/pods", 8, kind.clone()));
-        world
-            .sims
-            .vast
-            .add_fault(FaultRule::next("PUT /api/v0/asks/{id}/", 8, kind));
-    }
+    let slow = FaultKind::Slow { delay_ms: 4000 };
+    world
+        .sims
+        .runpod
+        .add_fault(FaultRule::next("POST /v2/pods", 8, slow.clone()));
+    world
+        .sims
+        .vast
+        .add_fault(FaultRule::next("PUT /api/v0/asks/{id}/", 8, slow));
     let config = |port: u16| budget_config(&world, port, "[runpod, vast]", CAP);
     let mut replicas: Vec<Child> = (0..2)
         .map(|i| world.spawn(&config(free_port()), &format!("inflight-{i}.log")))
@@ -409,7 +408,11 @@ async fn a_leader_sigkilled_while_rentals_are_in_flight_leaves_the_standby_withi
     let bindings: Api<CloudPodBinding> =
         Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
     let in_flight = || async {
-        bindings.list(&Default::default()).await.unwrap().items.iter().any(|b| {
+        // Until a replica has installed the CRD, there is nothing to list.
+        let Ok(list) = bindings.list(&Default::default()).await else {
+            return false;
+        };
+        list.items.iter().any(|b| {
             b.status.as_ref().is_some_and(|s| {
                 s.attempts
                     .last()
@@ -452,7 +455,10 @@ async fn a_leader_sigkilled_while_rentals_are_in_flight_leaves_the_standby_withi
     // Past the sweeper's grace, whatever was rented in flight is either a Pod's or gone.
     most = most.max(sample_spend(&world.sims, Duration::from_secs(8)).await);
     let ledger = world.sims.ledger();
-    assert!(most <= CAP + 1e-9, "spend reached ${most}/h over the ${CAP}/h cap");
+    assert!(
+        most <= CAP + 1e-9,
+        "spend reached ${most}/h over the ${CAP}/h cap"
+    );
     assert!(ledger.duplicate_live_names().is_empty(), "rented twice");
     let mut want = Vec::new();
     for name in &live {
@@ -464,7 +470,10 @@ async fn a_leader_sigkilled_while_rentals_are_in_flight_leaves_the_standby_withi
     let mut got: Vec<String> = ledger.live().iter().map(|e| e.name.clone()).collect();
     got.sort();
     want.sort();
-    assert_eq!(got, want, "live instances are not exactly one per placed Pod");
+    assert_eq!(
+        got, want,
+        "live instances are not exactly one per placed Pod"
+    );
     assert!(!want.is_empty(), "nothing was placed");
     let log = world.logs();
     assert!(

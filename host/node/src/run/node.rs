@@ -1,0 +1,186 @@
+//! What the leader runs: the Node registered and kept alive, the budget rebuilt from the
+//! bindings before anything rents, the provider health check, the runner callback server, the
+//! policy registry, the reconciler, the kubelet API, the sweeper (once the reconciler's caches
+//! are synced, which is also when `/readyz` turns ready) and the gauges. Every long-running
+//! piece is a task of the [`Supervisor`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::jiff::Timestamp;
+use neocloud_broker::{
+    BudgetGuard, Catalog, CatalogConfig, CostLedger, DefaultFallback, LadderLimits, Planner, Renter,
+};
+use neocloud_core::ProviderId;
+use neocloud_policy::cel::{CelEngine, CelLimits};
+use neocloud_policy::wasm::{EngineConfig, WasmEngine};
+use tokio::sync::{oneshot, watch};
+
+use super::RunConfig;
+use super::background::{check_health, gauges};
+use super::startup::Started;
+use crate::callback::CallbackServer;
+use crate::kubelet::KubeletServer;
+use crate::metrics;
+use crate::policies::PolicyRegistry;
+use crate::reconcile::{Reconciler, ReconcilerConfig, Runners};
+use crate::sweeper::Sweeper;
+use crate::vnode::{Health, Heartbeat, NodeConfig};
+
+/// The servers the leader keeps alive for as long as it runs (dropping one stops it).
+pub(super) struct Serving {
+    _callback: Option<CallbackServer>,
+    _kubelet: Option<KubeletServer>,
+}
+
+/// Starts everything the leader runs, as tasks of `s.tasks`; see the module documentation.
+pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<Serving> {
+    let mut node = cfg.node.clone();
+    node.providers = s.ids.iter().map(|p| p.as_str().to_owned()).collect();
+    let health = register(s, &node).await?;
+    let renter = rebuilt_renter(cfg, s, &node).await?;
+    s.tasks.spawn(
+        "health",
+        check_health(
+            renter.clone(),
+            Duration::from_secs(cfg.health_interval_seconds),
+            health,
+        ),
+    );
+    let (callback, runners) = match &cfg.runner {
+        Some(settings) => {
+            let (server, runners) = settings
+                .start(s.client.clone(), &node.name)
+                .await
+                .context("failed to start the runner callback server")?;
+            (Some(server), Some(runners))
+        }
+        None => {
+            if s.ids.contains(&ProviderId::Lambda) {
+                tracing::warn!(
+                    "lambda is enabled without a runner: its Pods are Running once their VM is, with no container, logs or heartbeats"
+                );
+            }
+            (None, None)
+        }
+    };
+    let reconciler = reconciler(cfg, s, &node, renter.clone(), runners.clone())?;
+    let (synced_tx, synced_rx) = oneshot::channel();
+    s.tasks
+        .spawn("reconciler", Arc::clone(&reconciler).run(Some(synced_tx)));
+    let kubelet = if cfg.kubelet_api.enabled {
+        let kubelet = cfg.kubelet_api.start(
+            &node,
+            s.client.clone(),
+            s.kube_ca.as_deref(),
+            &reconciler,
+            runners.as_ref(),
+        );
+        Some(kubelet.await?)
+    } else {
+        None
+    };
+    let sweeper = Sweeper::new(
+        s.client.clone(),
+        s.providers.clone(),
+        s.cluster.clone(),
+        cfg.sweeper.clone(),
+    )
+    .with_metrics(Arc::clone(&s.metrics));
+    let ready = s.ready.clone();
+    s.tasks.spawn(
+        "sweeper",
+        sweeper.run(async move {
+            if synced_rx.await.is_ok() {
+                let _ = ready.send(true);
+            }
+        }),
+    );
+    s.tasks
+        .spawn("gauges", gauges(reconciler, renter, Arc::clone(&s.metrics)));
+    Ok(Serving {
+        _callback: callback,
+        _kubelet: kubelet,
+    })
+}
+
+/// Registers the Node and starts its heartbeat; returns where the health check reports.
+async fn register(s: &mut Started, node: &NodeConfig) -> anyhow::Result<watch::Sender<Health>> {
+    let (health_tx, health_rx) = watch::channel(Health {
+        healthy: false,
+        message: "checking providers".into(),
+        gpus: 0,
+        since: Timestamp::now(),
+    });
+    let heartbeat = Heartbeat::new(s.client.clone(), node.clone(), health_rx);
+    heartbeat
+        .register()
+        .await
+        .with_context(|| format!("failed to register node {}", node.name))?;
+    s.tasks.spawn("heartbeat", heartbeat.run());
+    Ok(health_tx)
+}
+
+/// The renter, with the budget and cost ledger rebuilt from the bindings: what is already
+/// spent is known before anything reads the budget (the Node's GPUs, the gauges) or rents
+/// against it. The reconciler counts it again, idempotently, before it starts.
+async fn rebuilt_renter(cfg: &RunConfig, s: &Started, node: &NodeConfig) -> anyhow::Result<Renter> {
+    let renter = Renter {
+        catalog: Catalog::new(s.providers.clone(), CatalogConfig::default()),
+        fallback: Arc::new(metrics::InstrumentedFallback::new(
+            Arc::new(DefaultFallback::default()),
+            "default",
+            Arc::clone(&s.metrics),
+        )),
+        limits: LadderLimits::default(),
+        budget: BudgetGuard::new(cfg.budget_usd_per_hour),
+        ledger: Arc::new(CostLedger::new()),
+    };
+    let rebuilt = crate::reconcile::rebuild_budget(&s.client, &node.name, &renter)
+        .await
+        .context("failed to list the node's bindings to rebuild the cluster budget")?;
+    tracing::info!(
+        running = rebuilt.running,
+        in_flight = rebuilt.in_flight,
+        usd_per_hour = rebuilt.usd_per_hour,
+        "budget rebuilt from the bindings"
+    );
+    Ok(renter)
+}
+
+/// The reconciler, with the policy registry (whose watch is a task) and the CEL engine.
+fn reconciler(
+    cfg: &RunConfig,
+    s: &mut Started,
+    node: &NodeConfig,
+    renter: Renter,
+    runners: Option<Arc<Runners>>,
+) -> anyhow::Result<Arc<Reconciler>> {
+    let mut rc = ReconcilerConfig::new(&node.name, s.cluster.clone());
+    rc.host_ip = node.address.clone();
+    rc.concurrency = cfg.reconciler.concurrency;
+    rc.poll_interval = cfg.poll_interval();
+    rc.running_poll_interval = cfg.running_poll_interval();
+    rc.retry_interval = cfg.retry_interval();
+    rc.runners = runners;
+    let cel = Arc::new(CelEngine::new(CelLimits::default()));
+    let wasm = WasmEngine::new(EngineConfig::default())
+        .map_err(|e| anyhow::anyhow!("failed to start the Wasm policy engine: {e}"))?;
+    let registry = PolicyRegistry::new(
+        s.client.clone(),
+        Arc::clone(&cel),
+        wasm,
+        Arc::clone(&s.metrics),
+    );
+    s.tasks.spawn("policies", Arc::clone(&registry).run());
+    Ok(Reconciler::new(
+        s.client.clone(),
+        rc,
+        Planner::default(),
+        renter,
+        cel,
+        Arc::clone(&s.metrics),
+        Some(registry),
+    ))
+}

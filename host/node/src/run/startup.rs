@@ -1,0 +1,100 @@
+//! Start-up, before the process leads: the Kubernetes client, the providers from the
+//! environment, `/metrics` and the health endpoints (served at once, so a standby reports
+//! itself not ready), the cluster identity and the CRDs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube::Client;
+use neocloud_core::ProviderId;
+use neocloud_providers::{
+    FakeProvider, LambdaProvider, Provider, RunpodProvider, VastConfig, VastProvider,
+};
+use tokio::sync::watch;
+
+use super::RunConfig;
+use super::cluster;
+use super::supervise::Supervisor;
+use crate::metrics::{self, Metrics};
+use crate::naming::ClusterId;
+
+/// Builds the enabled providers from the specification's environment variables
+/// (`RUNPOD_API_KEY`, `LAMBDA_API_KEY`, `VAST_API_KEY` and their `*_API_BASE_URL`).
+pub fn providers_from_env(ids: &[ProviderId]) -> anyhow::Result<Vec<Arc<dyn Provider>>> {
+    ids.iter()
+        .map(|id| -> anyhow::Result<Arc<dyn Provider>> {
+            Ok(match id {
+                ProviderId::Runpod => Arc::new(RunpodProvider::from_env()?),
+                ProviderId::Lambda => Arc::new(LambdaProvider::from_env()?),
+                ProviderId::Vast => Arc::new(VastProvider::new(VastConfig::from_env()?)?),
+                ProviderId::Fake => Arc::new(FakeProvider::sample_market()),
+                ProviderId::Kube => anyhow::bail!("providers: kube is not available yet"),
+            })
+        })
+        .collect()
+}
+
+/// What the process has once started, before it leads.
+pub(super) struct Started {
+    pub client: Client,
+    /// The API server's CA, which the kubelet API trusts for the API server's own calls.
+    pub kube_ca: Option<Vec<Vec<u8>>>,
+    pub ids: Vec<ProviderId>,
+    pub metrics: Arc<Metrics>,
+    /// The providers, instrumented.
+    pub providers: Vec<Arc<dyn Provider>>,
+    /// The supervised tasks (the metrics server is the first).
+    pub tasks: Supervisor,
+    /// `/readyz`: true once the leader's caches are synced.
+    pub ready: watch::Sender<bool>,
+    pub cluster: ClusterId,
+}
+
+/// Starts everything that runs before leading; see the module documentation.
+pub(super) async fn start(cfg: &RunConfig) -> anyhow::Result<Started> {
+    let kube_config = kube::Config::infer()
+        .await
+        .context("failed to read the Kubernetes configuration (KUBECONFIG or in-cluster)")?;
+    let kube_ca = kube_config.root_cert.clone();
+    let client = Client::try_from(kube_config)
+        .context("failed to build a Kubernetes client (KUBECONFIG or in-cluster)")?;
+    let ids = cfg.provider_ids(std::env::var("GPU_BURST_PROVIDER").ok().as_deref())?;
+    let metrics = Arc::new(Metrics::new());
+    let providers = metrics::instrument(providers_from_env(&ids)?, &metrics);
+    let (ready, ready_rx) = watch::channel(false);
+    let mut tasks = Supervisor::new(ready.clone())?;
+    let listener = tokio::net::TcpListener::bind(&cfg.metrics_address)
+        .await
+        .with_context(|| {
+            format!(
+                "metricsAddress: failed to listen on {}",
+                cfg.metrics_address
+            )
+        })?;
+    tracing::info!(address = %cfg.metrics_address, "serving /metrics, /healthz and /readyz");
+    tasks.spawn(
+        "metrics",
+        metrics::serve(listener, Arc::clone(&metrics), ready_rx),
+    );
+    let cluster = cluster::resolve(&client, cfg.cluster()?).await?;
+    if cfg.install_crds {
+        crate::crd::install(
+            &client,
+            crate::vnode::FIELD_MANAGER,
+            Duration::from_secs(60),
+        )
+        .await
+        .context("failed to install the CRDs")?;
+    }
+    Ok(Started {
+        client,
+        kube_ca,
+        ids,
+        metrics,
+        providers,
+        tasks,
+        ready,
+        cluster,
+    })
+}
