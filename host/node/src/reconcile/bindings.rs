@@ -9,9 +9,9 @@ use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
-use super::release::{Ending, Release, binding_key};
+use super::release::{Release, binding_key};
 use super::{Error, FINALIZER, Reconciler};
-use crate::crd::{BindingPhase, CloudPodBinding};
+use crate::crd::CloudPodBinding;
 
 /// Reconciles one of this node's bindings.
 pub(super) async fn reconcile(
@@ -36,12 +36,7 @@ pub(super) async fn reconcile(
     if pod_lives && !being_deleted {
         return Ok(Action::await_change());
     }
-    let ending = Ending {
-        phase: BindingPhase::Released,
-        reason: "PodGone".into(),
-        message: "the pod is gone and the provider confirmed its instance gone".into(),
-    };
-    match r.release(&b, &ending).await? {
+    match r.release_for_removal(&b).await? {
         Release::Waiting(why) => {
             tracing::debug!(binding = %binding_key(&b), %why, "release not confirmed yet");
             Ok(Action::requeue(r.cfg.release_poll))

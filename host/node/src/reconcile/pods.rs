@@ -551,12 +551,7 @@ impl Reconciler {
         let ns = pod.namespace().unwrap_or_default();
         let uid = pod.uid();
         if let Some(b) = binding.filter(|b| Some(&b.spec.pod_uid) == uid.as_ref()) {
-            let ending = Ending {
-                phase: BindingPhase::Released,
-                reason: "Released".into(),
-                message: "the pod was deleted and the provider confirmed its instance gone".into(),
-            };
-            if let Release::Waiting(why) = self.release(&b, &ending).await? {
+            if let Release::Waiting(why) = self.release_for_removal(&b).await? {
                 tracing::debug!(pod = %binding_key(&b), %why, "release not confirmed yet");
                 return Ok(Action::requeue(self.cfg.release_poll));
             }

@@ -62,13 +62,9 @@ impl Reconciler {
             tracing::debug!(binding = %binding_key(b), waiting = %waiting.join("; "), "release not confirmed yet");
             return Ok(Release::Waiting(waiting.join("; ")));
         }
-        let key = binding_key(b);
-        self.renter.budget.release(&key);
-        self.renter.ledger.stop(&key, Utc::now());
-        if let Some(cost) = self.renter.ledger.accrued_usd(&key, Utc::now()) {
+        if let Some(cost) = self.stop_spending(b) {
             status.cost_accrued_usd = cost;
         }
-        self.renter.ledger.forget(&key);
         if status.phase != ending.phase || status.reason.as_deref() != Some(&ending.reason) {
             status.phase = ending.phase;
             status.ending = None;
@@ -78,6 +74,31 @@ impl Reconciler {
         }
         self.drop_finalizer(&current).await?;
         Ok(Release::Done)
+    }
+
+    /// Releases the instances of a binding about to be removed (its Pod is being deleted or is
+    /// gone): nothing is written to it, since the Pod's deletion (or absence) is what the next
+    /// reconcile starts from if this one is interrupted; once every provider confirms the
+    /// instances gone, the finalizer is dropped.
+    pub(super) async fn release_for_removal(&self, b: &CloudPodBinding) -> Result<Release, Error> {
+        let waiting = self.delete_instances(b).await?;
+        if !waiting.is_empty() {
+            return Ok(Release::Waiting(waiting.join("; ")));
+        }
+        self.stop_spending(b);
+        self.drop_finalizer(b).await?;
+        Ok(Release::Done)
+    }
+
+    /// The binding's instances are gone: its budget is freed and its cost stops accruing and
+    /// is no longer reported. Returns what it cost.
+    fn stop_spending(&self, b: &CloudPodBinding) -> Option<f64> {
+        let key = binding_key(b);
+        self.renter.budget.release(&key);
+        self.renter.ledger.stop(&key, Utc::now());
+        let cost = self.renter.ledger.accrued_usd(&key, Utc::now());
+        self.renter.ledger.forget(&key);
+        cost
     }
 
     /// Deletes the instance `b` knows and anything live under its external name on every
