@@ -37,9 +37,6 @@ enum Command {
         #[command(subcommand)]
         command: neocloud_node::provider_cli::ProviderCommand,
     },
-    /// Run a workload on a rented VM for the node (started by cloud-init; see the README's
-    /// "VM runner"). Exits with the workload's exit code.
-    Runner(neocloud_node::runner::RunnerArgs),
     /// Run local simulators of the RunPod, Lambda Cloud and Vast.ai APIs until interrupted.
     Cloudsim {
         /// The simulators' configuration (YAML; see host/cloudsim/cloudsim.example.yaml).
@@ -96,10 +93,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Policy { command } => neocloud_node::policy_cli::run(command)?,
         Command::Provider { command } => {
             runtime()?.block_on(neocloud_node::provider_cli::run(command))?
-        }
-        Command::Runner(args) => {
-            let code = runtime()?.block_on(neocloud_node::runner::run(args))?;
-            std::process::exit(code);
         }
         Command::Cloudsim { config } => {
             let config = neocloud_cloudsim::CloudSimConfig::from_file(&config)?;
