@@ -23,7 +23,9 @@ pub fn runner_binary() -> PathBuf {
             path.display()
         ),
     };
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/");
     for source in ["runner/src", "protocol/src"] {
         if let Some(newer) = newer_file(&crates.join(source), built) {
             panic!(
