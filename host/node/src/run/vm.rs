@@ -1,5 +1,5 @@
 //! The `runner:` section of the node's configuration and the callback server it starts: how
-//! VMs rented from Lambda Cloud boot `neocloud-node runner` and reach the node. The keys and the
+//! VMs rented from Lambda Cloud boot `neocloud-runner` and reach the node. The keys and the
 //! self-signed certificate runners rely on come from the node's runner identity Secret, so every
 //! replica that leads presents and accepts the same ones.
 
