@@ -22,6 +22,8 @@ fmt-check: ## fail on unformatted code
 clippy: ## clippy on every crate and target, warnings are errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# `cargo test --workspace` also builds target/debug/neocloud-runner (the runner crate has
+# integration tests), which the node's VM runner tests start.
 test: testenv policies ## every test: unit, provider and integration (starts a real control plane)
 	$(CARGO) test --workspace
 
@@ -29,7 +31,7 @@ test-unit: ## library unit tests only (no control plane)
 	$(CARGO) test --workspace --lib
 
 test-integration: testenv ## integration tests against the real control plane
-	$(CARGO) test -p neocloud-testenv -p neocloud-node --tests
+	$(CARGO) test -p neocloud-testenv -p neocloud-runner -p neocloud-node --tests
 
 testenv: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl (cached)
 	bash hack/testenv/build.sh >/dev/null

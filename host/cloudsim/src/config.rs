@@ -49,12 +49,12 @@ pub struct SimConfig {
     #[serde(default = "default_ssh_keys")]
     pub ssh_key_names: Vec<String>,
     /// Lambda only, opt-in: when an instance launched with cloud-init `user_data` becomes
-    /// active, run the `neocloud-node runner` command of its `runcmd` as a local child process
+    /// active, run the `neocloud-runner` command of its `runcmd` as a local child process
     /// (killed when the instance is terminated, restarted or preempted).
     #[serde(default)]
     pub run_user_data: bool,
-    /// The binary run in place of the `neocloud-node` path written in `user_data` (for tests, the
-    /// built binary); `None` runs the path as written.
+    /// The binary run in place of the `neocloud-runner` path written in `user_data` (for tests,
+    /// the built binary); `None` runs `neocloud-runner` from `PATH`.
     #[serde(default)]
     pub runner_binary: Option<std::path::PathBuf>,
 }

@@ -295,7 +295,7 @@ fn fake_runner(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 fn runner_launch_body() -> Value {
-    let user_data = "#cloud-config\nruncmd:\n  - [systemd-run, --unit=r, /usr/local/bin/neocloud-node, runner, --callback-url, 'https://node:8443']\n";
+    let user_data = "#cloud-config\nruncmd:\n  - [systemd-run, --unit=r, /usr/local/bin/neocloud-runner, --callback-url, 'https://node:8443']\n";
     let mut body = launch_body("nc-runner");
     body["user_data"] = json!(user_data);
     body
@@ -329,7 +329,7 @@ async fn user_data_runner_starts_when_active_and_dies_with_the_instance() {
     let (_, instance) = get(&sim, &id).await;
     assert_eq!(instance["data"]["status"], "active");
     let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
-    assert_eq!(args.trim(), "runner --callback-url https://node:8443");
+    assert_eq!(args.trim(), "--callback-url https://node:8443");
     let pid = std::fs::read_to_string(dir.path().join("pid")).unwrap();
     let proc_dir = std::path::PathBuf::from(format!("/proc/{}", pid.trim()));
     assert!(proc_dir.exists(), "runner alive while the instance is");

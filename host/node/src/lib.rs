@@ -15,7 +15,6 @@ pub mod policy_cli;
 pub mod provider_cli;
 pub mod reconcile;
 pub mod run;
-pub mod runner;
 pub mod smoke;
 pub mod sweeper;
 pub mod tls;

@@ -37,9 +37,6 @@ enum Command {
         #[command(subcommand)]
         command: neocloud_node::provider_cli::ProviderCommand,
     },
-    /// Run a workload on a rented VM for the node (started by cloud-init; see the README's
-    /// "VM runner"). Exits with the workload's exit code.
-    Runner(neocloud_node::runner::RunnerArgs),
 }
 
 /// Runs the command; a failure is printed once, as one line on stderr, with exit code 1.
@@ -90,10 +87,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Policy { command } => neocloud_node::policy_cli::run(command)?,
         Command::Provider { command } => {
             runtime()?.block_on(neocloud_node::provider_cli::run(command))?
-        }
-        Command::Runner(args) => {
-            let code = runtime()?.block_on(neocloud_node::runner::run(args))?;
-            std::process::exit(code);
         }
     };
     std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;

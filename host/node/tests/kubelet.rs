@@ -25,8 +25,8 @@ use neocloud_node::callback::{
 use neocloud_node::kubelet::{
     CallbackLogSource, KubeAccessReview, KubeletConfig, KubeletServer, PodPlacement,
 };
-use neocloud_node::runner::CallbackClient;
 use neocloud_node::vnode::{Health, Heartbeat, NodeConfig};
+use neocloud_runner::CallbackClient;
 use neocloud_testenv::{CertPair, TestContext};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};

@@ -1,5 +1,5 @@
 //! The VM runner end to end on loopback: the callback server in-process and the real
-//! `neocloud-node runner` binary with the process executor. States, exit code, logs (stored,
+//! `neocloud-runner` binary with the process executor. States, exit code, logs (stored,
 //! followed, tailed, limited), refused tokens, and a killed runner reported `Lost`.
 
 use std::net::SocketAddr;
@@ -13,6 +13,9 @@ use neocloud_node::callback::{
 };
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
+
+mod runner_bin;
+use runner_bin::runner_binary;
 
 struct Rig {
     server: CallbackServer,
@@ -55,8 +58,8 @@ impl Rig {
     }
 
     fn runner(&self, url: &str, token: &str) -> Child {
-        Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
-            .args(["runner", "--callback-url", url, "--executor", "process"])
+        Command::new(runner_binary())
+            .args(["--callback-url", url, "--executor", "process"])
             .arg("--ca-file")
             .arg(self.ca.path())
             .args(["--heartbeat-interval", "200ms"])
@@ -266,11 +269,10 @@ async fn killed_runner_is_reported_lost_after_the_heartbeat_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lambda_simulator_runs_the_runner_from_rendered_user_data() {
     use neocloud_cloudsim::{LambdaSim, SimConfig};
-    use neocloud_node::runner::{ExecutorKind, UserDataOptions, render_user_data};
+    use neocloud_node::callback::{ExecutorKind, UserDataOptions, render_user_data};
 
     let mut rig = rig(fast()).await;
-    let binary = env!("CARGO_BIN_EXE_neocloud-node");
-    let sim = LambdaSim::start(SimConfig::fast().with_user_data_runner(binary))
+    let sim = LambdaSim::start(SimConfig::fast().with_user_data_runner(runner_binary()))
         .await
         .expect("lambda sim");
     let workload = shell("echo from-lambda; sleep 5");

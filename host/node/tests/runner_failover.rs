@@ -1,4 +1,4 @@
-//! The real `neocloud-node runner` binary across a node restart or leader change, on loopback:
+//! The real `neocloud-runner` binary across a node restart or leader change, on loopback:
 //! two callback servers sharing one runner identity (keys and certificate) stand for the old
 //! and the new leader. A running runner carries on with the new one (heartbeats, logs, exit
 //! code, no `Lost`); a runner that boots after the change gets in with its credential; a
@@ -14,6 +14,9 @@ use neocloud_node::callback::{
 };
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
+
+mod runner_bin;
+use runner_bin::runner_binary;
 
 /// One leader's callback server.
 struct Leader {
@@ -56,8 +59,8 @@ impl Cluster {
     }
 
     fn runner(&self, port: u16, token: &Secret, credential: &Secret) -> Child {
-        Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
-            .args(["runner", "--executor", "process"])
+        Command::new(runner_binary())
+            .args(["--executor", "process"])
             .args(["--callback-url", &format!("https://127.0.0.1:{port}")])
             .arg("--ca-file")
             .arg(self.ca.path())

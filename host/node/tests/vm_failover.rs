@@ -12,6 +12,7 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use kube::api::{DeleteParams, LogParams};
 use tokio::time::Instant;
 
+mod runner_bin;
 mod support;
 mod vm_support;
 use vm_support::{World, cmdline_flag, runner_pids};

@@ -1,6 +1,6 @@
 //! The VM runner end to end: `neocloud-node run` on the real control plane with Lambda as its
 //! only provider; the Lambda simulator boots each launched instance by running the
-//! `neocloud-node runner` command of its `user_data`, which authenticates to the node's callback
+//! `neocloud-runner` command of its `user_data`, which authenticates to the node's callback
 //! server, fetches the workload (with a Secret in its environment) and runs it as a process.
 //! The Pod goes Running only through the runner and `kubectl logs -f` streams its output through
 //! the API server and the node's kubelet API; killing the runner leads to a heartbeat
@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, LogParams};
 
+mod runner_bin;
 mod support;
 mod vm_support;
 use vm_support::{SECRET_VALUE, World, runner_pids};

@@ -8,7 +8,7 @@
 //! Statuses: `booting` → `active`; `terminating` → gone (404) after the terminating delay;
 //! `preempted` via the admin API. Auth: Bearer or Basic (`KEY:`).
 //!
-//! Opt-in `run_user_data` starts the `neocloud-node runner` command of a launch's cloud-init
+//! Opt-in `run_user_data` starts the `neocloud-runner` command of a launch's cloud-init
 //! `user_data` as a local process once the instance is active (see `runner`).
 //!
 //! Not file systems (naming one at launch is `global/object-does-not-exist`), firewall rules or

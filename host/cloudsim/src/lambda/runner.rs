@@ -1,6 +1,6 @@
 //! Opt-in (`run_user_data`): what cloud-init would do on a real VM, reduced to the one command
 //! NeoCloud cares about. When an instance launched with `#cloud-config` `user_data` becomes
-//! active, the `neocloud-node runner …` entry of its `runcmd` (in list or string form, possibly
+//! active, the `neocloud-runner …` entry of its `runcmd` (in list or string form, possibly
 //! behind a prefix such as `systemd-run …`) is started as a local child process, with
 //! `runner_binary` in place of the path written in `user_data`. Terminating, restarting or
 //! preempting the instance kills it, as does dropping the simulator.
@@ -22,10 +22,10 @@ use tokio::sync::oneshot;
 use super::state::LambdaState;
 
 /// The binary name the runner command starts with.
-const RUNNER_BINARY: &str = "neocloud-node";
+const RUNNER_BINARY: &str = "neocloud-runner";
 
-/// The arguments after the `neocloud-node` binary (starting with `runner`) in `user_data`'s
-/// `runcmd`, if it is `#cloud-config` and has such an entry.
+/// The arguments after the `neocloud-runner` binary in `user_data`'s `runcmd`, if it is
+/// `#cloud-config` and has such an entry.
 pub(crate) fn runner_args(user_data: &str) -> Option<Vec<String>> {
     if !user_data.trim_start().starts_with("#cloud-config") {
         return None;
@@ -43,14 +43,17 @@ pub(crate) fn runner_args(user_data: &str) -> Option<Vec<String>> {
                 .collect::<Option<_>>()?,
             _ => return None,
         };
-        let at = argv.windows(2).position(|pair| {
-            Path::new(&pair[0])
-                .file_name()
-                .is_some_and(|n| n == RUNNER_BINARY)
-                && pair[1] == "runner"
-        })?;
+        let at = argv.iter().position(|arg| is_runner_binary(arg))?;
         Some(argv[at + 1..].to_vec())
     })
+}
+
+/// Whether `arg` is a path to the runner binary (not, say, a shell script that downloads it).
+fn is_runner_binary(arg: &str) -> bool {
+    !arg.contains(char::is_whitespace)
+        && Path::new(arg)
+            .file_name()
+            .is_some_and(|n| n == RUNNER_BINARY)
 }
 
 /// The runner processes of active instances, by instance id. Dropping an entry kills its process.
@@ -159,33 +162,44 @@ mod tests {
     #[test]
     fn runner_args_come_from_a_list_entry_behind_a_prefix() {
         let user_data = "#cloud-config\nruncmd:\n  - [sh, -c, 'echo hi']\n  - [systemd-run, \
-                         --unit=x, /usr/local/bin/neocloud-node, runner, --callback-url, \
+                         --unit=x, /usr/local/bin/neocloud-runner, --callback-url, \
                          'https://n:1']\n";
         assert_eq!(
             runner_args(user_data),
-            Some(vec![
-                "runner".into(),
-                "--callback-url".into(),
-                "https://n:1".into()
-            ])
+            Some(vec!["--callback-url".into(), "https://n:1".into()])
         );
     }
 
     #[test]
     fn runner_args_come_from_a_string_entry() {
-        let user_data = "#cloud-config\nruncmd:\n  - neocloud-node runner --executor process\n";
+        let user_data = "#cloud-config\nruncmd:\n  - neocloud-runner --executor process\n";
         assert_eq!(
             runner_args(user_data),
-            Some(vec!["runner".into(), "--executor".into(), "process".into()])
+            Some(vec!["--executor".into(), "process".into()])
+        );
+    }
+
+    #[test]
+    fn the_download_step_before_the_runner_is_not_taken_for_it() {
+        let user_data = "#cloud-config\nruncmd:\n  - [sh, -c, 'curl -o /usr/local/bin/neocloud-runner \
+                         x && chmod 0755 /usr/local/bin/neocloud-runner']\n  - \
+                         [/usr/local/bin/neocloud-runner, --executor, process]\n";
+        assert_eq!(
+            runner_args(user_data),
+            Some(vec!["--executor".into(), "process".into()])
         );
     }
 
     #[test]
     fn user_data_without_a_runner_runs_nothing() {
         assert_eq!(runner_args("#cloud-config\n"), None);
-        assert_eq!(runner_args("#!/bin/sh\nneocloud-node runner\n"), None);
+        assert_eq!(runner_args("#!/bin/sh\nneocloud-runner\n"), None);
         assert_eq!(
-            runner_args("#cloud-config\nruncmd:\n  - [neocloud-node, version]\n"),
+            runner_args("#cloud-config\nruncmd:\n  - [neocloud-node, runner]\n"),
+            None
+        );
+        assert_eq!(
+            runner_args("#cloud-config\nruncmd:\n  - [cp, /tmp/neocloud-runner.new, /usr/bin]\n"),
             None
         );
     }

@@ -120,7 +120,7 @@ impl LambdaState {
         let binary = config
             .runner_binary
             .clone()
-            .unwrap_or_else(|| "neocloud-node".into());
+            .unwrap_or_else(|| "neocloud-runner".into());
         let t = config.timing;
         let boot = SimClock::ms(t.provisioning_ms + t.starting_ms);
         for id in ids {

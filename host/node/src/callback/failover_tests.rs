@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::callback::{RunnerEventKind, RunnerKeys, RunnerState, Workload};
-use crate::runner::CallbackClient;
+use neocloud_runner::CallbackClient;
 
 fn config(keys: &RunnerKeys) -> CallbackConfig {
     CallbackConfig {

@@ -18,7 +18,7 @@ use futures::stream::BoxStream;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::wire::{LogRecord, LogStream};
+use super::{LogRecord, LogStream};
 
 /// How much of a binding's log is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

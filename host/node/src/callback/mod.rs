@@ -1,7 +1,7 @@
 //! The runner callback: how a VM rented without a container runtime of ours (Lambda Cloud) gets
 //! its workload and reports back. The node [`register`](CallbackHandle::register)s a binding's
 //! [`Workload`] and gets a one-time bootstrap token to put in the VM's `user_data`
-//! ([`crate::runner::render_user_data`]); the runner on the VM exchanges it over TLS for a
+//! ([`render_user_data`]); the runner on the VM exchanges it over TLS for a
 //! short-lived session, fetches the workload, reports its state, heartbeats and streams logs.
 //! The node learns what happened from a channel of [`RunnerEvent`]s and reads logs with
 //! [`CallbackHandle::read_logs`].
@@ -13,7 +13,8 @@
 //! its start has passed, a runner of a binding not adopted yet is told to try again (503).
 //!
 //! Not the reconciler: deciding what a `Lost` or `Exited` binding means for its Pod is the
-//! node's job. Not the runner itself: see [`crate::runner`].
+//! node's job. Not the runner itself (the `neocloud-runner` crate) nor the JSON shapes it shares
+//! with this server (the `neocloud-protocol` crate, re-exported here).
 
 pub mod credential;
 pub mod identity;
@@ -22,7 +23,7 @@ mod ratelimit;
 mod server;
 mod state;
 pub mod tokens;
-mod wire;
+mod user_data;
 
 use std::time::Duration;
 
@@ -30,14 +31,16 @@ pub use crate::tls::TlsMaterial;
 pub use credential::RunnerKeys;
 pub use identity::RunnerIdentity;
 pub use logs::{LogBuffer, LogLimits, LogLine, LogOptions};
+pub use neocloud_protocol::{
+    BootstrapToken, EnvVar, ErrorBody, ExecutorKind, Heartbeat, LogRecord, LogStream,
+    ReauthRequest, RunnerState, Secret, SessionToken, StatusReport, TokenRequest, TokenResponse,
+    Workload,
+};
 pub use ratelimit::RateLimit;
 pub use server::CallbackServer;
 pub use state::CallbackHandle;
-pub use tokens::{BootstrapToken, Secret, SessionToken, TokenError};
-pub use wire::{
-    EnvVar, ErrorBody, Heartbeat, LogRecord, LogStream, ReauthRequest, RunnerState, StatusReport,
-    TokenRequest, TokenResponse, Workload,
-};
+pub use tokens::TokenError;
+pub use user_data::{DEFAULT_RUNNER_PATH, RunnerDownload, UserDataOptions, render_user_data};
 
 /// The trust domain of session SPIFFE IDs unless configured otherwise.
 pub const DEFAULT_TRUST_DOMAIN: &str = "neocloud.local";

@@ -37,10 +37,10 @@ use tokio::task::JoinHandle;
 
 use super::state::{CallbackHandle, State as Shared, monitor_heartbeats};
 use super::tokens::{IssuedSession, TokenError};
-use super::wire::{
+use super::{CallbackConfig, CallbackError, RunnerEvent};
+use super::{
     ErrorBody, Heartbeat, LogRecord, ReauthRequest, StatusReport, TokenRequest, TokenResponse,
 };
-use super::{CallbackConfig, CallbackError, RunnerEvent};
 use crate::tls::{ClientAddr, TlsListener, TlsMaterial};
 
 /// The longest accepted log record (one NDJSON line), in bytes.

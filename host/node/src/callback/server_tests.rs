@@ -4,7 +4,7 @@ use super::*;
 use crate::callback::{
     EnvVar, LogOptions, LogStream, RateLimit, RunnerEventKind, RunnerState, Secret, Workload,
 };
-use crate::runner::CallbackClient;
+use neocloud_runner::CallbackClient;
 
 const SECRET_ENV: &str = "sk-live-very-secret-value";
 

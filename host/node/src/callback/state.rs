@@ -17,8 +17,8 @@ use tokio::sync::mpsc;
 use super::logs::{LogBuffer, LogLine, LogOptions};
 use super::ratelimit::Limiter;
 use super::tokens::{BootstrapToken, BootstrapTokens, IssuedSession, Secret, SessionSigner};
-use super::wire::{LogRecord, RunnerState, StatusReport, Workload};
 use super::{CallbackConfig, CallbackError, RunnerEvent, RunnerEventKind};
+use super::{LogRecord, RunnerState, StatusReport, Workload};
 
 #[derive(Debug)]
 struct Entry {

@@ -11,7 +11,7 @@
 //! Not HTTP and not authorization of routes: the server maps tokens to bindings with these types.
 
 use std::fmt;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -20,6 +20,8 @@ use rand::RngCore;
 use ring::hmac;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+pub use neocloud_protocol::{BootstrapToken, Secret, SessionToken, unix_now};
 
 /// How long a bootstrap token is valid unless configured otherwise.
 pub const DEFAULT_BOOTSTRAP_TTL: Duration = Duration::from_secs(10 * 60);
@@ -76,33 +78,6 @@ pub enum TokenError {
         value: String,
     },
 }
-
-/// A secret token. `Debug` and `Display` never show the value; [`expose`](Self::expose) does.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret value, for the one place that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
-
-/// A bootstrap token, as handed to the VM in its `user_data`.
-pub type BootstrapToken = Secret;
-/// A session token, as presented in `Authorization: Bearer`.
-pub type SessionToken = Secret;
 
 /// `a == b` in time that depends only on the lengths.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -173,7 +148,7 @@ impl BootstrapTokens {
             hash: sha256(&token),
             expires: now + self.ttl,
         });
-        Ok(Secret(token))
+        Ok(Secret::new(token))
     }
 
     /// Removes `uid`'s unused token, if any. Idempotent.
@@ -311,7 +286,7 @@ impl SessionSigner {
         let input = format!("{}.{}", encode_json(&header), encode_json(&claims));
         let tag = hmac::sign(&self.key, input.as_bytes());
         IssuedSession {
-            token: Secret(format!("{input}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))),
+            token: Secret::new(format!("{input}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))),
             expires_at: claims.exp,
             spiffe_id: claims.sub,
         }
@@ -372,13 +347,6 @@ fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, TokenErr
         .decode(part)
         .map_err(|_| TokenError::MalformedSession)?;
     serde_json::from_slice(&bytes).map_err(|_| TokenError::MalformedSession)
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }
 
 #[cfg(test)]

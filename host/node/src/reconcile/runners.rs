@@ -25,7 +25,7 @@ use super::{Reconciler, env};
 use crate::callback::{
     CallbackError, CallbackHandle, EnvVar, RunnerEvent, RunnerEventKind, RunnerState, Workload,
 };
-use crate::runner::{UserDataOptions, render_user_data};
+use crate::callback::{UserDataOptions, render_user_data};
 
 /// What the node knows of a binding's runner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The `runner:` section of the node's configuration and the callback server it starts: how
-//! VMs rented from Lambda Cloud boot `neocloud-node runner` and reach the node. The keys and the
+//! VMs rented from Lambda Cloud boot `neocloud-runner` and reach the node. The keys and the
 //! self-signed certificate runners rely on come from the node's runner identity Secret, so every
 //! replica that leads presents and accepts the same ones.
 
@@ -19,8 +19,8 @@ use serde::Deserialize;
 use crate::callback::{
     CallbackConfig, CallbackServer, DEFAULT_TRUST_DOMAIN, RunnerIdentity, TlsMaterial,
 };
+use crate::callback::{ExecutorKind, RunnerDownload, UserDataOptions};
 use crate::reconcile::Runners;
-use crate::runner::{ExecutorKind, RunnerDownload, UserDataOptions};
 
 /// The VM runner: where its callback listens, the URL runners use, and how they start.
 #[derive(Debug, Clone, Deserialize)]
@@ -93,7 +93,7 @@ fn default_heartbeat_interval() -> u64 {
     15
 }
 fn default_runner_path() -> String {
-    crate::runner::DEFAULT_RUNNER_PATH.to_owned()
+    crate::callback::DEFAULT_RUNNER_PATH.to_owned()
 }
 fn default_executor() -> String {
     "docker".to_owned()

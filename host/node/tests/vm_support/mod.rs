@@ -36,7 +36,7 @@ impl World {
     pub async fn new(prefix: &str, boots: bool) -> World {
         let ctx = TestContext::new(prefix).await;
         let lambda = if boots {
-            SimConfig::fast().with_user_data_runner(env!("CARGO_BIN_EXE_neocloud-node"))
+            SimConfig::fast().with_user_data_runner(crate::runner_bin::runner_binary())
         } else {
             SimConfig::fast()
         };
@@ -233,9 +233,10 @@ pub fn runner_pids(callback_port: u16) -> Vec<i32> {
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.get(1).map(String::as_str) == Some("runner")
-            && args.iter().any(|a| a.contains(&needle))
-        {
+        let runner = args
+            .first()
+            .is_some_and(|a| std::path::Path::new(a).ends_with("neocloud-runner"));
+        if runner && args.iter().any(|a| a.contains(&needle)) {
             pids.push(pid);
         }
     }

@@ -5,8 +5,8 @@
 //! the node stored part of it sends that part twice. The backlog is bounded; past it the oldest
 //! records are dropped and counted in the runner's log.
 //!
-//! Not the executor that produces the records, nor the HTTP: see [`super::executor`] and
-//! [`super::CallbackClient`].
+//! Not the executor that produces the records, nor the HTTP: see [`crate::executor`] and
+//! [`crate::CallbackClient`].
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -16,8 +16,9 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-use super::{CallbackClient, RunnerError};
-use crate::callback::LogRecord;
+use neocloud_protocol::LogRecord;
+
+use crate::{CallbackClient, RunnerError};
 
 /// How long a log request stays open before the runner starts a new one (with a fresh session).
 const REQUEST_SPAN: Duration = Duration::from_secs(5);
@@ -119,7 +120,7 @@ fn body(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::callback::LogStream;
+    use neocloud_protocol::LogStream;
 
     fn record(n: usize) -> LogRecord {
         LogRecord {

@@ -17,11 +17,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::Serialize;
 
-use super::executor::ExecutorKind;
-use crate::callback::{BootstrapToken, Secret};
+use super::{BootstrapToken, ExecutorKind, Secret};
 
-/// Where the runner binary is on the VM unless configured otherwise.
-pub const DEFAULT_RUNNER_PATH: &str = "/usr/local/bin/neocloud-node";
+/// Where the runner binary (`neocloud-runner`) is on the VM unless configured otherwise.
+pub const DEFAULT_RUNNER_PATH: &str = "/usr/local/bin/neocloud-runner";
 
 /// How the rendered `user_data` starts the runner.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +41,7 @@ impl Default for UserDataOptions {
             runner_path: DEFAULT_RUNNER_PATH.to_string(),
             download: None,
             executor: ExecutorKind::Docker,
-            heartbeat_interval: super::DEFAULT_HEARTBEAT_INTERVAL,
+            heartbeat_interval: neocloud_protocol::DEFAULT_HEARTBEAT_INTERVAL,
         }
     }
 }
@@ -61,7 +60,7 @@ struct CloudConfig {
     runcmd: Vec<Vec<String>>,
 }
 
-/// Renders `#cloud-config` whose `runcmd` starts `neocloud-node runner` as a transient systemd
+/// Renders `#cloud-config` whose `runcmd` starts `neocloud-runner` as a transient systemd
 /// unit (so cloud-init finishes while the workload runs).
 pub fn render_user_data(
     callback_url: &str,
@@ -81,10 +80,6 @@ pub fn render_user_data(
         );
         runcmd.push(vec!["sh".into(), "-c".into(), script]);
     }
-    let executor = match options.executor {
-        ExecutorKind::Docker => "docker",
-        ExecutorKind::Process => "process",
-    };
     let mut start: Vec<String> = [
         "systemd-run",
         "--unit=neocloud-runner",
@@ -95,13 +90,12 @@ pub fn render_user_data(
     .into();
     start.extend([
         path,
-        "runner".into(),
         "--callback-url".into(),
         callback_url.to_string(),
         "--ca-pem-base64".into(),
         STANDARD.encode(ca_pem),
         "--executor".into(),
-        executor.into(),
+        options.executor.as_str().into(),
         "--heartbeat-interval".into(),
         format!("{}ms", options.heartbeat_interval.as_millis()),
         "--bootstrap-token".into(),
@@ -116,8 +110,9 @@ pub fn render_user_data(
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
-    use crate::callback::Secret;
 
     #[test]
     fn user_data_is_cloud_config_that_starts_the_runner() {
@@ -136,23 +131,21 @@ mod tests {
             .iter()
             .position(|a| a == DEFAULT_RUNNER_PATH)
             .expect("runner path");
-        assert_eq!(start[at + 1], "runner");
-        let flag = |name: &str| {
-            let i = start.iter().position(|a| a == name).expect(name);
-            start[i + 1].clone()
-        };
-        assert_eq!(flag("--callback-url"), "https://10.0.0.1:8443");
-        assert_eq!(flag("--bootstrap-token"), "tok_abc");
-        assert_eq!(flag("--credential"), "ncr1:k:u:m");
-        assert_eq!(flag("--ca-pem-base64"), STANDARD.encode("PEM"));
-        assert_eq!(flag("--executor"), "docker");
+        // The runner's own parser reads what the node wrote: the two cannot drift apart.
+        let args = neocloud_runner::RunnerArgs::try_parse_from(&start[at..]).expect("runner args");
+        assert_eq!(args.callback_url, "https://10.0.0.1:8443");
+        assert_eq!(args.bootstrap_token, "tok_abc");
+        assert_eq!(args.credential.as_deref(), Some("ncr1:k:u:m"));
+        assert_eq!(args.ca_pem_base64, Some(STANDARD.encode("PEM")));
+        assert_eq!(args.executor, ExecutorKind::Docker);
+        assert_eq!(args.heartbeat_interval, Duration::from_secs(15));
     }
 
     #[test]
     fn download_step_checks_the_digest_before_running() {
         let options = UserDataOptions {
             download: Some(RunnerDownload {
-                url: "https://example.com/neocloud-node".into(),
+                url: "https://example.com/neocloud-runner".into(),
                 sha256: "ab".repeat(32),
             }),
             ..UserDataOptions::default()

@@ -3,7 +3,7 @@
 //! env file of mode 0600, never on the command line. Either way stdout and stderr are read line
 //! by line into [`LogRecord`]s.
 //!
-//! Not log shipping or state reports: see [`super::run`].
+//! Not log shipping or state reports: see [`crate::run`].
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -13,20 +13,12 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use super::{BOOTSTRAP_TOKEN_ENV, RunnerError};
-use crate::callback::{LogRecord, LogStream, Workload};
+use neocloud_protocol::{BOOTSTRAP_TOKEN_ENV, ExecutorKind, LogRecord, LogStream, Workload};
+
+use crate::RunnerError;
 
 /// A log line longer than this is split into several records.
 const MAX_LINE: usize = 16 * 1024;
-
-/// Where the workload runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ExecutorKind {
-    /// A local process: `command` + `args` with `env`; the image is ignored.
-    Process,
-    /// `docker run --rm --gpus all` of the image.
-    Docker,
-}
 
 /// A started workload.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
-use crate::callback::EnvVar;
+use neocloud_protocol::EnvVar;
 
 fn workload() -> Workload {
     Workload {

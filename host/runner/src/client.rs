@@ -4,7 +4,7 @@
 //! has (401: the session expired while the node was away), and turns refusals into errors that
 //! say what the node answered.
 //!
-//! Not the runner's control flow: see [`super::run`].
+//! Not the runner's control flow: see [`crate::run`].
 
 use std::time::Duration;
 
@@ -14,12 +14,12 @@ use reqwest::{Certificate, Client, Method, RequestBuilder, StatusCode, Url};
 use serde::de::DeserializeOwned;
 use tokio::sync::Mutex;
 
-use super::RunnerError;
-use crate::callback::tokens::unix_now;
-use crate::callback::{
+use neocloud_protocol::{
     ErrorBody, Heartbeat, ReauthRequest, RunnerState, Secret, SessionToken, StatusReport,
-    TokenRequest, TokenResponse, Workload,
+    TokenRequest, TokenResponse, Workload, unix_now,
 };
+
+use crate::RunnerError;
 
 /// Timeout of one request, except the log stream's.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

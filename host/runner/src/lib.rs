@@ -1,47 +1,42 @@
-//! `neocloud-node runner`: the agent on a rented VM. Started by cloud-init (see
-//! [`render_user_data`]), it exchanges its bootstrap token for a session with the node's
-//! callback server over TLS (trusting only the certificate it was given), fetches the workload,
-//! runs it, reports `Starting` → `Running` → `Exited`, heartbeats (saying its state), streams
-//! logs, and exits with the workload's exit code. When the node restarts or another replica
-//! takes over, the runner carries on: the session stays valid (the replicas share its key), a
-//! refused one is replaced with the binding's re-authentication credential, log records of
-//! failed requests are sent again, and the final report is retried for minutes.
+//! `neocloud-runner`: the agent on a rented VM. Started by cloud-init (the node writes the
+//! command into the VM's `user_data`), it exchanges its bootstrap token for a session with the
+//! node's callback server over TLS (trusting only the certificate it was given), fetches the
+//! workload, runs it, reports `Starting` → `Running` → `Exited`, heartbeats (saying its state),
+//! streams logs, and exits with the workload's exit code. When the node restarts or another
+//! replica takes over, the runner carries on: the session stays valid (the replicas share its
+//! key), a refused one is replaced with the binding's re-authentication credential, log records
+//! of failed requests are sent again, and the final report is retried for minutes.
 //!
-//! Not the server side: see [`crate::callback`].
+//! Not the server side (`neocloud-node`'s `callback` module) and not the wire types
+//! (`neocloud-protocol`). Downloaded onto every VM, so it links no Kubernetes client, no Wasm
+//! engine and no simulator (`host/node/tests/layout.rs` checks).
 
 mod client;
 mod executor;
 mod shipper;
-mod user_data;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use neocloud_protocol::{CREDENTIAL_ENV, RunnerState, Secret, StatusReport};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 pub use client::CallbackClient;
-pub use executor::{EnvFile, ExecutorKind, docker_args};
-pub use user_data::{DEFAULT_RUNNER_PATH, RunnerDownload, UserDataOptions, render_user_data};
+pub use executor::{EnvFile, docker_args};
+pub use neocloud_protocol::{BOOTSTRAP_TOKEN_ENV, DEFAULT_HEARTBEAT_INTERVAL, ExecutorKind};
 
-use crate::callback::{RunnerState, Secret, StatusReport};
-
-/// The environment variable that may carry the bootstrap token instead of the flag.
-pub const BOOTSTRAP_TOKEN_ENV: &str = "NEOCLOUD_BOOTSTRAP_TOKEN";
-/// The environment variable that may carry the re-authentication credential.
-pub const CREDENTIAL_ENV: &str = "NEOCLOUD_RUNNER_CREDENTIAL";
-/// Heartbeat period unless configured otherwise.
-pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
 /// How long the final `Exited` report is tried (heartbeats go on meanwhile), so a node that is
 /// failing over still learns the exit code.
 const FINAL_REPORT_PATIENCE: Duration = Duration::from_secs(300);
 /// How long the runner waits for the last log lines to be delivered after the workload exits.
 const LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Flags of `neocloud-node runner`.
-#[derive(Debug, Clone, clap::Args)]
+/// Flags of `neocloud-runner`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "neocloud-runner", version, about)]
 pub struct RunnerArgs {
     /// The node's callback URL (https only), e.g. `https://node.example:8443`.
     #[arg(long)]
@@ -64,7 +59,7 @@ pub struct RunnerArgs {
     #[arg(long)]
     pub ca_pem_base64: Option<String>,
     /// How to run the workload.
-    #[arg(long, value_enum, default_value = "docker")]
+    #[arg(long, default_value = "docker", value_parser = parse_executor)]
     pub executor: ExecutorKind,
     /// Heartbeat period: `15s`, `500ms` or plain seconds.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
@@ -118,6 +113,12 @@ pub enum RunnerError {
     /// Waiting for the workload failed.
     #[error("failed to wait for the workload: {0}")]
     Wait(String),
+}
+
+/// Parses `docker` or `process`.
+pub fn parse_executor(text: &str) -> Result<ExecutorKind, String> {
+    text.parse()
+        .map_err(|e: neocloud_protocol::UnknownExecutor| e.to_string())
 }
 
 /// Parses `15s`, `500ms`, `1m` or plain (possibly fractional) seconds.

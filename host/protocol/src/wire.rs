@@ -169,3 +169,39 @@ pub struct ErrorBody {
     /// What failed; never contains a secret.
     pub error: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_json_is_camel_case_and_debug_hides_env_values() {
+        let workload = Workload {
+            image: "img".into(),
+            env: vec![EnvVar::new("TOKEN", "s3cret")],
+            working_dir: Some("/w".into()),
+            ..Workload::default()
+        };
+        let json = serde_json::to_value(&workload).expect("json");
+        assert_eq!(json["workingDir"], "/w");
+        assert_eq!(
+            serde_json::from_value::<Workload>(json).expect("back"),
+            workload
+        );
+        let debug = format!("{workload:?}");
+        assert!(
+            !debug.contains("s3cret") && debug.contains("TOKEN"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn status_reports_refuse_unknown_fields() {
+        let err = serde_json::from_str::<StatusReport>(r#"{"state":"Exited","exitCode":0,"x":1}"#)
+            .expect_err("unknown field");
+        assert!(err.to_string().contains("unknown field `x`"), "{err}");
+        let report: StatusReport =
+            serde_json::from_str(r#"{"state":"Exited","exitCode":3}"#).expect("report");
+        assert_eq!(report.exit_code, Some(3));
+    }
+}

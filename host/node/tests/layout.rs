@@ -1,0 +1,209 @@
+//! The workspace's layout, checked: which crate may not depend on what (the README's "Layout"
+//! says why). Reads `cargo metadata` and fails on a forbidden edge among normal dependencies at
+//! any depth, naming the path that brings it in. Dev-dependencies are free: tests may use
+//! anything.
+//!
+//! Not a check of what the code calls: a crate that links a dependency without using it still
+//! fails, which is the point (it would be downloaded and built anyway).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// What each crate may not depend on, through normal dependencies at any depth. Add a line when
+/// a crate is added; every name must be a package of the workspace's graph (a typo would make a
+/// rule that cannot fail, so it fails instead).
+///
+/// Not here on purpose: `neocloud-core -> k8s-openapi` (core translates Pods: Kubernetes types,
+/// no IO) and `neocloud-broker -> wasmtime` (the broker runs policies through `neocloud-policy`,
+/// which owns wasmtime).
+const FORBIDDEN: &[(&str, &[&str])] = &[
+    (
+        "neocloud-runner",
+        &[
+            "wasmtime",
+            "kube",
+            "k8s-openapi",
+            "neocloud-cloudsim",
+            "neocloud-policy",
+            "neocloud-broker",
+            "neocloud-providers",
+            "neocloud-node",
+        ],
+    ),
+    ("neocloud-protocol", &["kube", "wasmtime", "tokio"]),
+    ("neocloud-core", &["kube", "wasmtime", "reqwest"]),
+    ("neocloud-broker", &["kube"]),
+    ("neocloud-providers", &["kube", "wasmtime"]),
+    // The production binary carries no simulators.
+    ("neocloud-node", &["neocloud-cloudsim", "neocloud-testenv"]),
+];
+
+/// Crates only tests may use: a dev-dependency of anything, a normal dependency of nothing.
+const DEV_ONLY: &[&str] = &["neocloud-testenv", "neocloud-fixtures", "neocloud-cloudsim"];
+
+/// Package name -> the names of its normal (non-dev, non-build) dependencies.
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// The workspace's resolved graph from `cargo metadata`, and its member names.
+fn workspace_graph() -> (Graph, BTreeSet<String>) {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1"])
+        .current_dir(root)
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
+    let name_of: BTreeMap<&str, &str> = meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p["name"].as_str().unwrap()))
+        .collect();
+    let members = meta["workspace_members"]
+        .as_array()
+        .expect("workspace_members")
+        .iter()
+        .map(|id| name_of[id.as_str().unwrap()].to_string())
+        .collect();
+    let mut graph = Graph::new();
+    for node in meta["resolve"]["nodes"].as_array().expect("resolve.nodes") {
+        let from = name_of[node["id"].as_str().unwrap()].to_string();
+        let normal = node["deps"].as_array().unwrap().iter().filter(|dep| {
+            dep["dep_kinds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|kind| kind["kind"].is_null())
+        });
+        let deps = normal.map(|dep| name_of[dep["pkg"].as_str().unwrap()].to_string());
+        graph.entry(from).or_default().extend(deps);
+    }
+    (graph, members)
+}
+
+/// The shortest path of normal dependencies from `from` to `to`, if there is one.
+fn path(graph: &Graph, from: &str, to: &str) -> Option<Vec<String>> {
+    let mut came_from: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = VecDeque::from([from]);
+    while let Some(at) = queue.pop_front() {
+        for next in graph.get(at).into_iter().flatten() {
+            if next == from || came_from.contains_key(next.as_str()) {
+                continue;
+            }
+            came_from.insert(next, at);
+            if next == to {
+                let mut out = vec![to.to_string()];
+                while let Some(prev) = came_from.get(out.last().unwrap().as_str()) {
+                    out.push(prev.to_string());
+                }
+                out.reverse();
+                return Some(out);
+            }
+            queue.push_back(next);
+        }
+    }
+    None
+}
+
+/// Every broken rule, one line each; rules naming an unknown package are broken too.
+fn violations(graph: &Graph, members: &BTreeSet<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let known = |name: &str| graph.contains_key(name);
+    let dev_only = DEV_ONLY
+        .iter()
+        .flat_map(|to| members.iter().map(move |from| (from, *to)));
+    let rules = FORBIDDEN
+        .iter()
+        .flat_map(|(from, tos)| tos.iter().map(move |to| (*from, *to)));
+    for (from, to) in rules.chain(dev_only.map(|(from, to)| (from.as_str(), to))) {
+        if !members.contains(from) {
+            out.push(format!(
+                "rule {from} -> {to}: {from} is not a workspace member"
+            ));
+        } else if !known(to) {
+            out.push(format!(
+                "rule {from} -> {to}: no package {to} in the graph (a typo?)"
+            ));
+        } else if let Some(path) = path(graph, from, to) {
+            out.push(format!(
+                "{from} may not depend on {to}: {}",
+                path.join(" -> ")
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_crate_has_a_forbidden_normal_dependency() {
+    let (graph, members) = workspace_graph();
+    let broken = violations(&graph, &members);
+    assert!(
+        broken.is_empty(),
+        "forbidden dependencies (see the README's Layout and host/node/tests/layout.rs):\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
+    let edges = [
+        ("neocloud-runner", "neocloud-protocol"),
+        ("neocloud-protocol", "serde"),
+        ("serde", "kube"),
+        ("neocloud-core", "serde"),
+        ("neocloud-node", "neocloud-testenv"),
+    ];
+    let mut graph = Graph::new();
+    for (from, to) in edges {
+        graph.entry(from.into()).or_default().insert(to.into());
+        graph.entry(to.into()).or_default();
+    }
+    for name in [
+        "wasmtime",
+        "k8s-openapi",
+        "tokio",
+        "reqwest",
+        "neocloud-broker",
+    ] {
+        graph.entry(name.into()).or_default();
+    }
+    for name in ["neocloud-cloudsim", "neocloud-policy", "neocloud-providers"] {
+        graph.entry(name.into()).or_default();
+    }
+    let members = graph
+        .keys()
+        .filter(|n| n.starts_with("neocloud-"))
+        .cloned()
+        .collect();
+    let broken = violations(&graph, &members);
+    assert!(broken.contains(&"neocloud-runner may not depend on kube: neocloud-runner -> neocloud-protocol -> serde -> kube".to_string()), "{broken:#?}");
+    assert!(
+        broken.contains(
+            &"neocloud-protocol may not depend on kube: neocloud-protocol -> serde -> kube"
+                .to_string()
+        ),
+        "{broken:#?}"
+    );
+    assert!(
+        broken.contains(
+            &"neocloud-core may not depend on kube: neocloud-core -> serde -> kube".to_string()
+        ),
+        "{broken:#?}"
+    );
+    assert!(
+        broken.contains(
+            &"neocloud-node may not depend on neocloud-testenv: neocloud-node -> neocloud-testenv"
+                .to_string()
+        ),
+        "{broken:#?}"
+    );
+    assert_eq!(broken.len(), 4, "{broken:#?}");
+}

@@ -1,0 +1,98 @@
+//! The runner callback's protocol: what the VM runner (`neocloud-runner`) and the node's callback
+//! server agree on. The JSON shapes of each request and response ([`wire`]), the secret wrapper
+//! that keeps tokens out of logs ([`Secret`]), the environment variables and executor names of
+//! the runner's command line, which the node writes into each VM's `user_data`.
+//!
+//! Not behaviour: no HTTP, no TLS, no token issuing or checking. The server lives in
+//! `neocloud-node`'s `callback` module, the client in `neocloud-runner`. Kept small on purpose:
+//! the runner links it onto every rented VM.
+
+mod secret;
+pub mod wire;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use secret::{BootstrapToken, Secret, SessionToken};
+pub use wire::{
+    EnvVar, ErrorBody, Heartbeat, LogRecord, LogStream, ReauthRequest, RunnerState, StatusReport,
+    TokenRequest, TokenResponse, Workload,
+};
+
+/// The environment variable that may carry the bootstrap token instead of the runner's flag.
+pub const BOOTSTRAP_TOKEN_ENV: &str = "NEOCLOUD_BOOTSTRAP_TOKEN";
+/// The environment variable that may carry the re-authentication credential.
+pub const CREDENTIAL_ENV: &str = "NEOCLOUD_RUNNER_CREDENTIAL";
+
+/// The runner's heartbeat period unless its `--heartbeat-interval` says otherwise.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Seconds since the Unix epoch (0 if the clock is before it): the unit of session expiries.
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// How the runner runs a workload: its `--executor` flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutorKind {
+    /// A local process: `command` + `args` with `env`; the image is ignored.
+    Process,
+    /// `docker run --rm --gpus all` of the image.
+    Docker,
+}
+
+/// An executor name that is neither `docker` nor `process`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid executor {0:?}: expected docker or process")]
+pub struct UnknownExecutor(pub String);
+
+impl ExecutorKind {
+    /// The name on the runner's command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Process => "process",
+            Self::Docker => "docker",
+        }
+    }
+}
+
+impl std::str::FromStr for ExecutorKind {
+    type Err = UnknownExecutor;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "process" => Ok(Self::Process),
+            "docker" => Ok(Self::Docker),
+            other => Err(UnknownExecutor(other.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for ExecutorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executor_names_round_trip_and_unknown_names_are_named() {
+        for kind in [ExecutorKind::Process, ExecutorKind::Docker] {
+            assert_eq!(kind.as_str().parse::<ExecutorKind>(), Ok(kind));
+        }
+        let err = "podman".parse::<ExecutorKind>().expect_err("podman");
+        assert_eq!(
+            err.to_string(),
+            "invalid executor \"podman\": expected docker or process"
+        );
+    }
+
+    #[test]
+    fn unix_now_is_after_2026() {
+        assert!(unix_now() > 1_767_225_600, "{}", unix_now());
+    }
+}
