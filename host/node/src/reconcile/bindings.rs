@@ -22,6 +22,11 @@ pub(super) async fn reconcile(
         return Ok(Action::await_change());
     }
     let _turn = r.turn().await;
+    Box::pin(release_if_orphaned(b, r)).await
+}
+
+/// Releases the binding's instances and removes it if its Pod is gone or it is being deleted.
+async fn release_if_orphaned(b: Arc<CloudPodBinding>, r: Arc<Reconciler>) -> Result<Action, Error> {
     let ns = b.namespace().unwrap_or_default();
     let being_deleted = b.metadata.deletion_timestamp.is_some();
     // The Pod cache answers for the common case (the Pod lives); a release is decided only on
