@@ -84,12 +84,10 @@ async fn rig(prefix: &str) -> Rig {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn placing_from_a_stale_cached_binding_conflicts_and_never_rents_a_second_time() {
-    let rig = rig("rec-stale-place").await;
+/// The Pod, its binding as first created (nothing attempted), and the binding once placed.
+async fn placed(rig: &Rig) -> (Pod, CloudPodBinding, CloudPodBinding) {
     let pod = rig.pods.get("p").await.unwrap();
-    // The binding as the cache first saw it: created, nothing attempted.
-    let stale = rig
+    let created = rig
         .r
         .create_binding(&pod, &rig.bindings)
         .await
@@ -98,12 +96,20 @@ async fn placing_from_a_stale_cached_binding_conflicts_and_never_rents_a_second_
     rig.r
         .place(
             &pod,
-            stale.clone(),
-            stale.status.clone().unwrap_or_default(),
+            created.clone(),
+            created.status.clone().unwrap_or_default(),
         )
         .await
         .unwrap();
     let placed = rig.bindings.get("p").await.unwrap();
+    (pod, created, placed)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn placing_from_a_stale_cached_binding_conflicts_and_never_rents_a_second_time() {
+    let rig = rig("rec-stale-place").await;
+    // `stale` is the binding as the cache first saw it: created, nothing attempted.
+    let (pod, stale, placed) = placed(&rig).await;
     let status = placed.status.clone().unwrap();
     assert!(status.instance_id.is_some(), "{status:?}");
     assert_eq!(rig.sims.ledger().entries.len(), 1);
@@ -138,22 +144,7 @@ async fn placing_from_a_stale_cached_binding_conflicts_and_never_rents_a_second_
 #[tokio::test(flavor = "multi_thread")]
 async fn mirroring_from_a_stale_cached_binding_is_refused_with_a_conflict() {
     let rig = rig("rec-stale-mirror").await;
-    let pod = rig.pods.get("p").await.unwrap();
-    let created = rig
-        .r
-        .create_binding(&pod, &rig.bindings)
-        .await
-        .unwrap()
-        .unwrap();
-    rig.r
-        .place(
-            &pod,
-            created.clone(),
-            created.status.clone().unwrap_or_default(),
-        )
-        .await
-        .unwrap();
-    let current = rig.bindings.get("p").await.unwrap();
+    let (_, _, current) = placed(&rig).await;
     let mut status = current.status.clone().unwrap();
     // Another write lands after this copy was read (here: the test's own).
     let mut newer = status.clone();
