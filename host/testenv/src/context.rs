@@ -23,8 +23,7 @@ pub fn shared() -> &'static ControlPlane {
                 .enable_all()
                 .build()
                 .map_err(|e| format!("failed to build a tokio runtime: {e}"))?;
-            rt.block_on(ControlPlane::start(Options::default()))
-                .map_err(|e| e.to_string())
+            rt.block_on(start_with_fresh_ports())
         })
         .join()
         .unwrap_or_else(|_| Err("the control plane start-up thread panicked".to_owned()))
@@ -127,6 +126,28 @@ pub(crate) fn unique_name(test: &str) -> String {
     let base = base.trim_matches('-');
     let suffix: u32 = rand::random::<u32>() % 1_000_000;
     format!("{base}-{suffix:06}")
+}
+
+/// Starts the control plane, again with new ports when a component lost its port to another
+/// process between the moment it was found free and the moment the component bound it (the
+/// machine runs other servers and tests that pick free ports too): at most three times.
+async fn start_with_fresh_ports() -> Result<ControlPlane, String> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match ControlPlane::start(Options::default()).await {
+            Ok(cp) => return Ok(cp),
+            Err(e) => {
+                let message = e.to_string();
+                if tries >= 3 || !message.contains("address already in use") {
+                    return Err(message);
+                }
+                eprintln!(
+                    "control plane: a port was taken while starting; trying again with new ports ({tries} of 3)"
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]
