@@ -248,22 +248,34 @@ async fn plain_http_and_an_untrusted_certificate_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_runner_is_reported_lost_after_the_heartbeat_timeout() {
-    let mut rig = rig(fast()).await;
+    // Heartbeats every 200 ms against a 3 s timeout: fifteen must go missing before the
+    // runner is called lost, so a loaded CI machine delaying a few does not end it early.
+    let mut rig = rig(CallbackConfig {
+        heartbeat_timeout: Duration::from_secs(3),
+        ..CallbackConfig::default()
+    })
+    .await;
     let token = rig
         .server
         .handle()
-        .register("uid-1", shell("sleep 5"))
+        .register("uid-1", shell("sleep 60"))
         .expect("register");
     let mut child = rig.runner(&rig.url(), token.expose());
     assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));
     assert_eq!(state_of(&rig.event().await), (RunnerState::Running, None));
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert!(rig.events.try_recv().is_err(), "heartbeats keep it alive");
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    if let Ok(event) = rig.events.try_recv() {
+        panic!("heartbeats should keep it alive past the timeout, got {event:?}");
+    }
     child.start_kill().expect("SIGKILL");
     let killed_at = Instant::now();
     let event = rig.event().await;
     assert_eq!(event.kind, RunnerEventKind::Lost);
-    assert!(killed_at.elapsed() >= Duration::from_millis(700));
+    assert!(
+        killed_at.elapsed() >= Duration::from_millis(2_000),
+        "lost after {:?}, before the 3 s timeout could pass",
+        killed_at.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
