@@ -35,7 +35,7 @@ mod stale_tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -118,6 +118,9 @@ pub struct Reconciler {
 }
 
 /// What a Pod translates to.
+/// An event still to publish about a Pod: its reason and note.
+type Said = (&'static str, String);
+
 type Translated = Result<(neocloud_core::WorkloadSpec, Planner), String>;
 
 /// Each live Pod's translation and compiled expressions, by UID, with the fingerprint of what
@@ -256,11 +259,12 @@ impl Reconciler {
             .modify(slim::slim_pod)
             .reflect(pod_writer)
             .touched_objects();
+        // One watch of the bindings serves both controllers: the binding controller reads it,
+        // and hands the Pod controller the bindings that are gone or going (see `binding_gone`).
+        let (gone_tx, gone_rx) = futures::channel::mpsc::unbounded();
+        let gone = gone_rx.map(Ok::<CloudPodBinding, watcher::Error>);
         let mut pod_controller = Controller::for_stream(pod_stream, pod_reader)
-            .owns_stream(binding_gone(watcher::watcher(
-                bindings.clone(),
-                ours.clone(),
-            )))
+            .owns_stream(gone)
             .with_config(config.clone());
         if let Some(triggers) = self.cfg.runners.as_ref().and_then(|r| r.take_triggers()) {
             let triggers = futures::stream::unfold(triggers, |mut rx| async move {
@@ -272,6 +276,12 @@ impl Reconciler {
         let binding_stream = watcher::watcher(bindings, ours)
             .default_backoff()
             .modify(|b: &mut CloudPodBinding| b.managed_fields_mut().clear())
+            .inspect_ok(move |event| {
+                if let Some(b) = binding_gone(event) {
+                    // The receiver lives as long as the Pod controller, which runs beside this.
+                    let _ = gone_tx.unbounded_send(b.clone());
+                }
+            })
             .reflect(binding_writer)
             .touched_objects();
         let binding_controller =
@@ -395,19 +405,12 @@ impl Reconciler {
 /// What of the node's bindings gives their Pod something to do: a binding deleted, or being
 /// deleted. Status writes (most of them the reconciler's own, each followed by the requeue it
 /// asked for) and the initial list (every Pod is listed too) trigger nothing.
-fn binding_gone(
-    events: impl futures::Stream<Item = Result<watcher::Event<CloudPodBinding>, watcher::Error>>
-    + Send
-    + 'static,
-) -> impl futures::Stream<Item = Result<CloudPodBinding, watcher::Error>> + Send + 'static {
-    events.default_backoff().filter_map(|event| async move {
-        match event {
-            Ok(watcher::Event::Delete(b)) => Some(Ok(b)),
-            Ok(watcher::Event::Apply(b)) if b.metadata.deletion_timestamp.is_some() => Some(Ok(b)),
-            Ok(_) => None,
-            Err(e) => Some(Err(e)),
-        }
-    })
+fn binding_gone(event: &watcher::Event<CloudPodBinding>) -> Option<&CloudPodBinding> {
+    match event {
+        watcher::Event::Delete(b) => Some(b),
+        watcher::Event::Apply(b) if b.metadata.deletion_timestamp.is_some() => Some(b),
+        _ => None,
+    }
 }
 
 // The signature is the one `Controller::run` takes.

@@ -20,7 +20,7 @@ use super::pods::describe;
 use super::recorder::{BindingRecorder, write_status};
 use super::release::binding_key;
 use super::rented::rented_note;
-use super::{Error, Reconciler, env};
+use super::{Error, Reconciler, Said, env};
 use crate::crd::{BindingPhase, CloudPodBinding, CloudPodBindingStatus};
 use crate::metrics::RentalOutcome;
 use crate::policies::PolicyUnavailable;
@@ -160,8 +160,8 @@ impl Reconciler {
                 self.metrics
                     .record_rental(rental.instance.provider, outcome);
                 let note = rented_note(&rental, &plan, history.len(), &policy);
-                self.event(pod, false, "Rented", note).await;
-                self.provisioning(pod, &b, status, &rental.instance).await
+                self.provisioning(pod, &b, status, &rental.instance, ("Rented", note))
+                    .await
             }
             Err(BrokerError::NoCandidates { explanation }) => {
                 self.wait(pod, &b, status, "NoOffer", explanation).await
@@ -255,23 +255,21 @@ impl Reconciler {
             .start(&key, found.price_per_hour, Utc::now());
         self.metrics
             .record_rental(found.provider, RentalOutcome::Adopted);
-        self.event(
-            pod,
-            false,
-            "Adopted",
-            format!("found {} by its name", describe(&found)),
-        )
-        .await;
-        self.provisioning(pod, b, status, &found).await
+        let note = format!("found {} by its name", describe(&found));
+        self.provisioning(pod, b, status, &found, ("Adopted", note))
+            .await
     }
 
-    /// Records a rented instance in the binding and the Pod.
+    /// Records a rented instance in the binding and the Pod, and says so in an event (`said`:
+    /// its reason and note). The event goes out beside the binding's write and before the Pod's:
+    /// whoever sees the Pod's new status finds the event too.
     async fn provisioning(
         &self,
         pod: &Pod,
         b: &CloudPodBinding,
         mut status: CloudPodBindingStatus,
         i: &InstanceState,
+        said: Said,
     ) -> Result<Action, Error> {
         status.phase = BindingPhase::Provisioning;
         status.reason = Some("Provisioning".into());
@@ -292,9 +290,21 @@ impl Reconciler {
             .as_ref()
             .is_some_and(|r| r.runs_on(i.provider));
         if i.phase == InstancePhase::Running && !runner {
-            return Box::pin(self.mirror_instance(pod, b.clone(), status, Some(i.clone()))).await;
+            return Box::pin(self.mirror_instance(
+                pod,
+                b.clone(),
+                status,
+                Some(i.clone()),
+                Some(said),
+            ))
+            .await;
         }
-        write_status(&self.client, b, &status).await?;
+        let (reason, note) = said;
+        let (written, ()) = tokio::join!(
+            write_status(&self.client, b, &status),
+            self.event(pod, false, reason, note)
+        );
+        written?;
         let message = format!("waiting for {}", describe(i));
         self.set_pod(pod, &DesiredPod::pending("Provisioning", message))
             .await?;

@@ -20,7 +20,7 @@ use super::pod_status::{Container, DesiredPod, apply_body, is_current};
 use super::recorder::write_status;
 use super::release::{Ending, Release, binding_key};
 use super::runners::RunnerStatus;
-use super::{Error, FINALIZER, NODE_LABEL, Reconciler};
+use super::{Error, FINALIZER, NODE_LABEL, Reconciler, Said};
 use crate::crd::{
     AttemptOutcome, BindingPhase, CloudPodBinding, CloudPodBindingSpec, CloudPodBindingStatus,
     PolicyRef, WorkloadSummary,
@@ -259,17 +259,20 @@ impl Reconciler {
             return Ok(Action::requeue(left));
         }
         let instance = provider.get(&instance_id).await?;
-        self.mirror_instance(pod, b, status, instance).await
+        self.mirror_instance(pod, b, status, instance, None).await
     }
 
     /// Mirrors `instance`, the binding's instance as its provider just reported it (`None`:
-    /// the provider no longer knows it), into the binding and the Pod.
+    /// the provider no longer knows it), into the binding and the Pod. `said` is an event about
+    /// the instance still to publish (a rental or an adoption just made): a running instance's
+    /// goes out beside the binding's write, before the Pod's; any other's at once.
     pub(super) async fn mirror_instance(
         &self,
         pod: &Pod,
         b: CloudPodBinding,
         mut status: CloudPodBindingStatus,
         instance: Option<InstanceState>,
+        said: Option<Said>,
     ) -> Result<Action, Error> {
         let provider_id = status
             .provider
@@ -277,6 +280,15 @@ impl Reconciler {
             .and_then(|p| p.parse::<ProviderId>().ok());
         let instance_id = status.instance_id.clone().unwrap_or_default();
         let runner = self.runner_status(pod, provider_id).await;
+        let said = match (&instance, runner) {
+            (Some(i), None) if i.phase == InstancePhase::Running => said,
+            _ => {
+                if let Some((reason, note)) = said {
+                    self.event(pod, false, reason, note).await;
+                }
+                None
+            }
+        };
         let (reason, message) = match &instance {
             // Checked first: once the lost instance is being deleted it reads as gone.
             _ if runner == Some(RunnerStatus::NeverCalled) => (
@@ -316,6 +328,7 @@ impl Reconciler {
                     _ => {}
                 }
                 let repriced = self.reprice(&b, &status, i);
+                let mut started = None;
                 if status.phase != BindingPhase::Running || repriced {
                     if repriced {
                         status.price_per_hour = Some(i.price_per_hour);
@@ -323,12 +336,28 @@ impl Reconciler {
                     status.phase = BindingPhase::Running;
                     status.reason = Some("Running".into());
                     status.message = Some(format!("{} is running", describe(i)));
-                    let started = b.status.as_ref().map(|s| s.phase) != Some(BindingPhase::Running);
-                    write_status(&self.client, &b, &status).await?;
-                    if started {
-                        let note = format!("{} is running; ports: {}", describe(i), endpoints(i));
-                        self.event(pod, false, "Started", note).await;
+                    if b.status.as_ref().map(|s| s.phase) != Some(BindingPhase::Running) {
+                        started = Some(format!(
+                            "{} is running; ports: {}",
+                            describe(i),
+                            endpoints(i)
+                        ));
                     }
+                    // The events go out beside the binding's write (each is stamped when it
+                    // starts, so `Rented` still reads before `Started`) and before the Pod's.
+                    let events = async {
+                        if let Some((reason, note)) = said {
+                            self.event(pod, false, reason, note).await;
+                        }
+                        if let Some(note) = started {
+                            self.event(pod, false, "Started", note).await;
+                        }
+                    };
+                    let (written, ()) =
+                        tokio::join!(write_status(&self.client, &b, &status), events);
+                    written?;
+                } else if let Some((reason, note)) = said {
+                    self.event(pod, false, reason, note).await;
                 }
                 self.set_pod(pod, &DesiredPod::running()).await?;
                 return Ok(Action::requeue(self.cfg.running_poll_interval));

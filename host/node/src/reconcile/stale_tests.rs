@@ -109,7 +109,7 @@ async fn placed(rig: &Rig) -> (Pod, CloudPodBinding, CloudPodBinding) {
 async fn placing_from_a_stale_cached_binding_conflicts_and_never_rents_a_second_time() {
     let rig = rig("rec-stale-place").await;
     // `stale` is the binding as the cache first saw it: created, nothing attempted.
-    let (pod, stale, placed) = placed(&rig).await;
+    let (pod, stale, placed) = Box::pin(placed(&rig)).await;
     let status = placed.status.clone().unwrap();
     assert!(status.instance_id.is_some(), "{status:?}");
     assert_eq!(rig.sims.ledger().entries.len(), 1);
@@ -144,7 +144,7 @@ async fn placing_from_a_stale_cached_binding_conflicts_and_never_rents_a_second_
 #[tokio::test(flavor = "multi_thread")]
 async fn mirroring_from_a_stale_cached_binding_is_refused_with_a_conflict() {
     let rig = rig("rec-stale-mirror").await;
-    let (_, _, current) = placed(&rig).await;
+    let (_, _, current) = Box::pin(placed(&rig)).await;
     let mut status = current.status.clone().unwrap();
     // Another write lands after this copy was read (here: the test's own).
     let mut newer = status.clone();
