@@ -7,7 +7,7 @@
 //! Run: `cargo bench -p neocloud-node --bench load`. Knobs: `LOAD_PODS`, `LOAD_IN_FLIGHT`
 //! (concurrent creates, default 24), `LOAD_CONCURRENCY` (NeoCloud reconciler concurrency and
 //! virtual-kubelet workers, default 32), `LOAD_TIMEOUT_SECS` (per phase, default 600) and
-//! `LOAD_RUST_LOG` (NeoCloud's log filter, default `info`), `LOAD_NODE_WRAPPER` (a profiler
+//! `LOAD_RUST_LOG` (NeoCloud's log filter, default the node's own), `LOAD_NODE_WRAPPER` (a profiler
 //! command to run NeoCloud under, such as `heaptrack -o /tmp/ncn`), `LOAD_POLL_MS` (NeoCloud's `reconciler.pollIntervalMs`, default 250) and `LOAD_IMPLS`
 //! (comma-separated, default `neocloud,vk`). `vk` is virtual-kubelet with as many workers as
 //! NeoCloud's concurrency and client QPS 1000, but the library's default work-queue limiter
@@ -274,8 +274,12 @@ fn spawn(
                 None => Command::new(node_bin),
             };
             cmd.args(["run", "--config"]).arg(config);
-            cmd.env("GPU_BURST_PROVIDER", "fake")
-                .env("RUST_LOG", "info");
+            cmd.env("GPU_BURST_PROVIDER", "fake");
+            // The node's own default filter unless a run asks for another.
+            match std::env::var("LOAD_RUST_LOG") {
+                Ok(filter) => cmd.env("RUST_LOG", filter),
+                Err(_) => cmd.env_remove("RUST_LOG"),
+            };
             cmd
         }
         Impl::Vk | Impl::VkFast | Impl::VkDefaults => {

@@ -68,10 +68,16 @@ fn one_message(error: &anyhow::Error) -> String {
     out
 }
 
+/// The log filter when `RUST_LOG` is unset: `info`, less kube-runtime's per-reconcile span,
+/// whose fields were formatted for every reconcile (about 5 % of the node's CPU under load)
+/// while the node's own lines already name the Pod and binding.
+const DEFAULT_LOG_FILTER: &str = "info,kube_runtime::controller=warn";
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| DEFAULT_LOG_FILTER.into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(colour())

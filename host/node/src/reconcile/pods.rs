@@ -60,7 +60,7 @@ async fn reconcile_turn(pod: Arc<Pod>, r: Arc<Reconciler>) -> Result<Action, Err
             None => return Ok(Action::await_change()),
         },
     };
-    r.drive(&pod, binding).await
+    Box::pin(r.drive(&pod, binding)).await
 }
 
 fn is_terminal(pod: &Pod) -> bool {
