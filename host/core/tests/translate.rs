@@ -167,6 +167,22 @@ fn every_unsupported_pod_feature_is_refused_with_its_field_and_value() {
             "spec.containers[0].image: an image is required",
         ),
         (
+            |p| p["spec"]["containers"][0]["image"] = json!("--privileged"),
+            "spec.containers[0].image: \"--privileged\" is not an image reference ([registry/]name[:tag][@digest], lower-case name): invalid reference format",
+        ),
+        (
+            |p| p["spec"]["containers"][0]["image"] = json!("ubuntu --network=host"),
+            "spec.containers[0].image: \"ubuntu --network=host\" is not an image reference ([registry/]name[:tag][@digest], lower-case name): invalid reference format",
+        ),
+        (
+            |p| p["spec"]["containers"][0]["image"] = json!("ubuntu\nsh"),
+            "spec.containers[0].image: \"ubuntu\\nsh\" is not an image reference ([registry/]name[:tag][@digest], lower-case name): invalid reference format",
+        ),
+        (
+            |p| p["spec"]["containers"][0]["image"] = json!("PyTorch/PyTorch"),
+            "spec.containers[0].image: \"PyTorch/PyTorch\" is not an image reference ([registry/]name[:tag][@digest], lower-case name): invalid reference format",
+        ),
+        (
             |p| p["spec"]["containers"][0]["resources"] = json!({}),
             "spec.containers[0].resources.limits[nvidia.com/gpu]: a GPU limit is required",
         ),

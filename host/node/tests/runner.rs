@@ -415,3 +415,89 @@ async fn a_runner_that_boots_before_the_node_is_reachable_retries_until_it_is() 
     assert!(stderr.contains("retrying"), "{stderr}");
     forwarder.abort();
 }
+
+/// The docker executor's command line as the real runner binary builds it, read by a `docker`
+/// on `PATH` that writes its arguments one per line and exits 0: an image that looks like an
+/// option (translation refuses it first; this is the runner's own line) stays an operand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_docker_command_line_keeps_every_pod_value_out_of_docker_s_options() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let mut rig = rig(fast()).await;
+    let bin = tempfile::tempdir().expect("bin dir");
+    let seen = bin.path().join("argv");
+    let docker = bin.path().join("docker");
+    std::fs::write(
+        &docker,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > {}\n",
+            seen.display()
+        ),
+    )
+    .expect("write docker");
+    std::fs::set_permissions(&docker, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let workload = Workload {
+        image: "--privileged".into(),
+        command: vec!["--volume=/:/host".into()],
+        args: vec!["ubuntu".into(), "sh".into()],
+        ..Workload::default()
+    };
+    let token = rig
+        .server
+        .handle()
+        .register("uid-docker", workload)
+        .expect("register");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let child = Command::new(runner_binary())
+        .args(["--callback-url", &rig.url(), "--executor", "docker"])
+        .arg("--ca-file")
+        .arg(rig.ca.path())
+        .args(["--network", "bridge", "--heartbeat-interval", "200ms"])
+        .env("NEOCLOUD_BOOTSTRAP_TOKEN", token.expose())
+        .env("PATH", path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the runner");
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, 0, "{stderr}");
+    while rig.events.try_recv().is_ok() {}
+    let argv = std::fs::read_to_string(&seen).expect("docker was run");
+    let argv: Vec<&str> = argv.lines().collect();
+    let end = argv
+        .iter()
+        .position(|a| *a == "--")
+        .expect("`--` ends the options");
+    assert_eq!(
+        argv[end + 1..],
+        ["--privileged", "ubuntu", "sh"],
+        "{argv:?}"
+    );
+    assert!(argv[..end].contains(&"--network=bridge"), "{argv:?}");
+    assert!(
+        argv[..end].contains(&"--entrypoint=--volume=/:/host"),
+        "{argv:?}"
+    );
+    assert!(!argv[..end].contains(&"--privileged"), "{argv:?}");
+
+    let refused = Command::new(runner_binary())
+        .args(["--callback-url", &rig.url(), "--executor", "docker"])
+        .arg("--ca-file")
+        .arg(rig.ca.path())
+        .args(["--network", "host --pid=host"])
+        .env("NEOCLOUD_BOOTSTRAP_TOKEN", "unused")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let (code, stderr) = finish(refused).await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("\"host --pid=host\" is not a network mode"),
+        "{stderr}"
+    );
+}

@@ -75,9 +75,52 @@ impl std::fmt::Display for ExecutorKind {
     }
 }
 
+/// The container network mode unless the node's `runner.containerNetwork` says otherwise: the
+/// Pod's ports are the VM's own, as a Pod's are its node's with `hostNetwork`.
+pub const DEFAULT_CONTAINER_NETWORK: &str = "host";
+
+/// Checks a container network mode (`docker run --network`): `host`, `bridge`, `none`, a
+/// network's name, or `container:<name>`. Names are Docker's (`[A-Za-z0-9][A-Za-z0-9_.-]*`), so
+/// a mode can never be read as an option or carry a second word.
+pub fn check_network_mode(mode: &str) -> Result<(), String> {
+    let name = mode.strip_prefix("container:").unwrap_or(mode);
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    if first_ok && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{mode:?} is not a network mode (host, bridge, none, a network name or \
+             container:<name>; names are [A-Za-z0-9][A-Za-z0-9_.-]*)"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn network_modes_are_docker_names_and_nothing_else() {
+        for ok in ["host", "bridge", "none", "gpu-net_1.a", "container:sidecar"] {
+            assert_eq!(check_network_mode(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "--privileged",
+            "host --pid=host",
+            "-x",
+            "container:",
+            "a;b",
+            "ho\nst",
+        ] {
+            let err = check_network_mode(bad).expect_err(bad);
+            assert!(
+                err.starts_with(&format!("{bad:?} is not a network mode")),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn executor_names_round_trip_and_unknown_names_are_named() {

@@ -1,5 +1,5 @@
 //! How the runner runs a workload: as a local process (tests and simulators), or as a Docker
-//! container with all GPUs (`docker run --rm --gpus all`) whose environment is passed through an
+//! container with all GPUs (`docker run --rm --gpus all --network=<mode>`, host by default) whose environment is passed through an
 //! env file of mode 0600, never on the command line. Either way stdout and stderr are read line
 //! by line into [`LogRecord`]s.
 //!
@@ -30,9 +30,11 @@ pub struct Started {
 }
 
 /// Starts `workload`; its output lines go to `logs` (dropped, and counted, when it is full).
+/// `network` is the container's network mode (`docker run --network`); unused by processes.
 pub fn start(
     kind: ExecutorKind,
     workload: &Workload,
+    network: &str,
     logs: &mpsc::Sender<LogRecord>,
 ) -> Result<Started, RunnerError> {
     let (mut command, env_file) = match kind {
@@ -40,7 +42,7 @@ pub fn start(
         ExecutorKind::Docker => {
             let env_file = EnvFile::write(workload)?;
             let mut command = Command::new("docker");
-            command.args(docker_args(workload, env_file.path()));
+            command.args(docker_args(workload, env_file.path(), network));
             (command, Some(env_file))
         }
     };
@@ -77,20 +79,22 @@ fn process_command(workload: &Workload) -> Result<Command, RunnerError> {
 }
 
 /// The arguments of `docker` for a workload; env values are in `env_file`, not here. Like
-/// Kubernetes, `command` replaces the image's entrypoint and `args` its cmd.
-pub fn docker_args(workload: &Workload, env_file: &Path) -> Vec<String> {
-    let mut out: Vec<String> = ["run", "--rm", "--gpus", "all", "--network", "host"]
-        .map(String::from)
-        .into();
-    out.push("--env-file".into());
-    out.push(env_file.display().to_string());
+/// Kubernetes, `command` replaces the image's entrypoint and `args` its cmd. Every option takes
+/// its value in the same word (`--workdir=/w`), and `--` ends the options before the image: no
+/// value from the Pod can be read by `docker` as an option of its own (an image `--privileged`
+/// is an image name docker refuses, not a privileged container).
+pub fn docker_args(workload: &Workload, env_file: &Path, network: &str) -> Vec<String> {
+    let mut out: Vec<String> = ["run", "--rm", "--gpus", "all"].map(String::from).into();
+    out.push(format!("--network={network}"));
+    out.push(format!("--env-file={}", env_file.display()));
     if let Some(dir) = &workload.working_dir {
-        out.extend(["--workdir".to_string(), dir.clone()]);
+        out.push(format!("--workdir={dir}"));
     }
     let mut command = workload.command.iter();
     if let Some(entrypoint) = command.next() {
-        out.extend(["--entrypoint".to_string(), entrypoint.clone()]);
+        out.push(format!("--entrypoint={entrypoint}"));
     }
+    out.push("--".into());
     out.push(workload.image.clone());
     out.extend(command.cloned());
     out.extend(workload.args.iter().cloned());

@@ -15,25 +15,52 @@ fn workload() -> Workload {
 
 #[test]
 fn docker_args_use_all_gpus_and_keep_env_values_off_the_command_line() {
-    let args = docker_args(&workload(), Path::new("/tmp/x.env"));
+    let args = docker_args(&workload(), Path::new("/tmp/x.env"), "host");
     assert_eq!(&args[..4], ["run", "--rm", "--gpus", "all"]);
     let joined = args.join(" ");
-    assert!(joined.contains("--env-file /tmp/x.env"));
+    assert!(
+        joined.contains("--network=host --env-file=/tmp/x.env"),
+        "{joined}"
+    );
     assert!(!joined.contains("hf_secret_value"));
-    assert!(joined.ends_with("--entrypoint python ghcr.io/example/train:1 -u train.py"));
-    assert!(joined.contains("--workdir /work"));
+    assert!(
+        joined.ends_with("--entrypoint=python -- ghcr.io/example/train:1 -u train.py"),
+        "{joined}"
+    );
+    assert!(joined.contains("--workdir=/work"));
 }
 
 #[test]
 fn docker_args_without_command_keep_the_image_entrypoint() {
     let mut w = workload();
     w.command.clear();
-    let args = docker_args(&w, Path::new("/tmp/x.env"));
-    assert!(!args.contains(&"--entrypoint".to_string()));
+    let args = docker_args(&w, Path::new("/tmp/x.env"), "bridge");
+    assert!(!args.iter().any(|a| a.starts_with("--entrypoint")));
+    assert!(args.contains(&"--network=bridge".to_string()));
     assert_eq!(
-        args[args.len() - 2..],
-        ["ghcr.io/example/train:1", "train.py"]
+        args[args.len() - 3..],
+        ["--", "ghcr.io/example/train:1", "train.py"]
     );
+}
+
+#[test]
+fn nothing_from_the_pod_is_read_as_a_docker_option() {
+    let w = Workload {
+        image: "--privileged".into(),
+        command: vec!["--volume=/:/host".into()],
+        args: vec!["ubuntu".into(), "sh".into()],
+        env: vec![],
+        working_dir: Some("--pid=host".into()),
+    };
+    let args = docker_args(&w, Path::new("/tmp/x.env"), "host");
+    let end = args.iter().position(|a| a == "--").expect("options end");
+    // Before `--` every option carries its value in the same word; after it, only operands.
+    for a in &args[4..end] {
+        assert!(a.starts_with("--") && a.contains('='), "{a}");
+    }
+    assert!(args[..end].contains(&"--workdir=--pid=host".to_string()));
+    assert!(args[..end].contains(&"--entrypoint=--volume=/:/host".to_string()));
+    assert_eq!(args[end + 1..], ["--privileged", "ubuntu", "sh"]);
 }
 
 #[test]
@@ -65,7 +92,7 @@ async fn process_executor_pipes_both_streams_with_env() {
         ..Workload::default()
     };
     let (tx, mut rx) = mpsc::channel(16);
-    let mut started = start(ExecutorKind::Process, &w, &tx).expect("start");
+    let mut started = start(ExecutorKind::Process, &w, "host", &tx).expect("start");
     drop(tx);
     let status = started.child.wait().await.expect("wait");
     assert_eq!(status.code(), Some(4));
@@ -100,6 +127,6 @@ async fn long_lines_are_split_into_bounded_records() {
 #[test]
 fn missing_command_is_an_error() {
     let (tx, _rx) = mpsc::channel(1);
-    let err = start(ExecutorKind::Process, &Workload::default(), &tx).expect_err("none");
+    let err = start(ExecutorKind::Process, &Workload::default(), "host", &tx).expect_err("none");
     assert!(matches!(err, RunnerError::NoCommand));
 }

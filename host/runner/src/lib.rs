@@ -61,6 +61,10 @@ pub struct RunnerArgs {
     /// How to run the workload.
     #[arg(long, default_value = "docker", value_parser = parse_executor)]
     pub executor: ExecutorKind,
+    /// The container's network mode with the docker executor (`docker run --network`): `host`
+    /// (the default: the Pod's ports are the VM's), `bridge`, `none` or a network's name.
+    #[arg(long, default_value = neocloud_protocol::DEFAULT_CONTAINER_NETWORK, value_parser = parse_network)]
+    pub network: String,
     /// Heartbeat period: `15s`, `500ms` or plain seconds.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub heartbeat_interval: Duration,
@@ -119,6 +123,11 @@ pub enum RunnerError {
 pub fn parse_executor(text: &str) -> Result<ExecutorKind, String> {
     text.parse()
         .map_err(|e: neocloud_protocol::UnknownExecutor| e.to_string())
+}
+
+/// Parses a container network mode (see [`neocloud_protocol::check_network_mode`]).
+pub fn parse_network(text: &str) -> Result<String, String> {
+    neocloud_protocol::check_network_mode(text).map(|()| text.to_owned())
 }
 
 /// Parses `15s`, `500ms`, `1m` or plain (possibly fractional) seconds.
@@ -186,7 +195,7 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     ));
     let (logs_tx, logs_rx) = mpsc::channel(16 * 1024);
     let shipper = tokio::spawn(shipper::ship(client.clone(), logs_rx));
-    let started = executor::start(args.executor, &workload, &logs_tx);
+    let started = executor::start(args.executor, &workload, &args.network, &logs_tx);
     drop(logs_tx);
     let mut started = match started {
         Ok(started) => started,

@@ -36,8 +36,13 @@ pub(super) fn translate(spec: &PodSpec, out: &mut Vec<Refusal>) -> Option<Contai
     let at = "spec.containers[0]";
     check_security(c, at, out);
     let image = c.image.clone().filter(|i| !i.trim().is_empty());
-    if image.is_none() {
-        out.push(Refusal::new(format!("{at}.image"), "an image is required"));
+    match &image {
+        None => out.push(Refusal::new(format!("{at}.image"), "an image is required")),
+        Some(i) => {
+            if let Some(why) = image_refused(i) {
+                out.push(Refusal::new(format!("{at}.image"), why));
+            }
+        }
     }
     let parts = ContainerParts {
         image: image.unwrap_or_default(),
@@ -49,6 +54,20 @@ pub(super) fn translate(spec: &PodSpec, out: &mut Vec<Refusal>) -> Option<Contai
         gpu_count: gpu_count(c, at, out).unwrap_or(0),
     };
     Some(parts)
+}
+
+/// Why `image` is not an image reference by the OCI distribution grammar (`[host[:port]/]name
+/// [:tag][@digest]`, lower-case names), or `None`. The image goes on the `docker run` command
+/// line of a rented VM: anything else (an option such as `--privileged`, whitespace, a newline)
+/// is refused here, before anything is rented.
+fn image_refused(image: &str) -> Option<String> {
+    match image.parse::<oci_spec::distribution::Reference>() {
+        Ok(_) => None,
+        Err(e) => Some(format!(
+            "{image:?} is not an image reference ([registry/]name[:tag][@digest], lower-case \
+             name): {e}"
+        )),
+    }
 }
 
 fn check_security(c: &Container, at: &str, out: &mut Vec<Refusal>) {

@@ -31,6 +31,8 @@ pub struct UserDataOptions {
     pub download: Option<RunnerDownload>,
     /// How the runner runs the workload.
     pub executor: ExecutorKind,
+    /// The container's network mode with the docker executor (`docker run --network`).
+    pub network: String,
     /// Heartbeat period.
     pub heartbeat_interval: Duration,
 }
@@ -41,6 +43,7 @@ impl Default for UserDataOptions {
             runner_path: DEFAULT_RUNNER_PATH.to_string(),
             download: None,
             executor: ExecutorKind::Docker,
+            network: neocloud_protocol::DEFAULT_CONTAINER_NETWORK.to_string(),
             heartbeat_interval: neocloud_protocol::DEFAULT_HEARTBEAT_INTERVAL,
         }
     }
@@ -72,11 +75,17 @@ pub fn render_user_data(
     let path = options.runner_path.clone();
     let mut runcmd = Vec::new();
     if let Some(download) = &options.download {
+        // Everything inserted into the shell step is quoted as one word (the node's settings
+        // check also refuses such values; this holds whatever reaches here), and `--` ends
+        // curl's options before the URL.
+        let (q_path, q_url, q_line) = (
+            quote(&path),
+            quote(&download.url),
+            quote(&format!("{}  {path}", download.sha256)),
+        );
         let script = format!(
-            "curl -fsSL -o {path} '{url}' && echo '{sha}  {path}' | sha256sum -c - && chmod 0755 \
-             {path}",
-            url = download.url.replace('\'', ""),
-            sha = download.sha256,
+            "curl -fsSL -o {q_path} -- {q_url} && printf '%s\\n' {q_line} | sha256sum -c - && \
+             chmod 0755 -- {q_path}",
         );
         runcmd.push(vec!["sh".into(), "-c".into(), script]);
     }
@@ -96,6 +105,8 @@ pub fn render_user_data(
         STANDARD.encode(ca_pem),
         "--executor".into(),
         options.executor.as_str().into(),
+        "--network".into(),
+        options.network.clone(),
         "--heartbeat-interval".into(),
         format!("{}ms", options.heartbeat_interval.as_millis()),
         "--bootstrap-token".into(),
@@ -106,6 +117,12 @@ pub fn render_user_data(
     runcmd.push(start);
     let yaml = serde_yaml::to_string(&CloudConfig { runcmd }).unwrap_or_default();
     format!("#cloud-config\n{yaml}")
+}
+
+/// `text` as one POSIX shell word. A NUL byte, which no shell word can hold, quotes as empty
+/// (the step then fails instead of running something else).
+fn quote(text: &str) -> String {
+    shlex::try_quote(text).map_or_else(|_| "''".to_owned(), |q| q.into_owned())
 }
 
 #[cfg(test)]
@@ -138,23 +155,54 @@ mod tests {
         assert_eq!(args.credential.as_deref(), Some("ncr1:k:u:m"));
         assert_eq!(args.ca_pem_base64, Some(STANDARD.encode("PEM")));
         assert_eq!(args.executor, ExecutorKind::Docker);
+        assert_eq!(args.network, "host");
         assert_eq!(args.heartbeat_interval, Duration::from_secs(15));
     }
 
-    #[test]
-    fn download_step_checks_the_digest_before_running() {
+    /// The user_data rendered for a runner at `path` downloaded from `url`, parsed.
+    fn with_download(path: &str, url: &str) -> serde_yaml::Value {
         let options = UserDataOptions {
+            runner_path: path.into(),
             download: Some(RunnerDownload {
-                url: "https://example.com/neocloud-runner".into(),
+                url: url.into(),
                 sha256: "ab".repeat(32),
             }),
             ..UserDataOptions::default()
         };
         let (token, credential) = (Secret::new("t"), Secret::new("c"));
         let text = render_user_data("https://n:1", "PEM", &token, &credential, &options);
-        let parsed: serde_yaml::Value = serde_yaml::from_str(&text).expect("yaml");
+        serde_yaml::from_str(&text).expect("yaml")
+    }
+
+    #[test]
+    fn download_step_checks_the_digest_before_running() {
+        let parsed = with_download(DEFAULT_RUNNER_PATH, "https://example.com/neocloud-runner");
         let script = parsed["runcmd"][0][2].as_str().expect("script");
         assert!(script.contains("sha256sum -c"), "{script}");
         assert!(parsed["runcmd"][1][4].as_str() == Some(DEFAULT_RUNNER_PATH));
+    }
+
+    #[test]
+    fn what_the_download_step_inserts_stays_one_shell_word() {
+        let parsed = with_download(
+            "/opt/r; touch /tmp/pwned",
+            "https://example.com/r?a=1&b=$(id)'",
+        );
+        let script = parsed["runcmd"][0][2].as_str().expect("script");
+        // The shell's own word splitting gives the values back whole.
+        let words = shlex::split(script).expect("shell words");
+        let at = words.iter().position(|w| w == "-o").expect("-o");
+        assert_eq!(words[at + 1], "/opt/r; touch /tmp/pwned", "{script}");
+        assert_eq!(words[at + 2], "--");
+        assert_eq!(
+            words[at + 3],
+            "https://example.com/r?a=1&b=$(id)'",
+            "{script}"
+        );
+        assert!(words.contains(&format!("{}  /opt/r; touch /tmp/pwned", "ab".repeat(32))));
+        assert_eq!(
+            words.last().map(String::as_str),
+            Some("/opt/r; touch /tmp/pwned")
+        );
     }
 }

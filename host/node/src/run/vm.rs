@@ -72,6 +72,11 @@ pub struct RunnerSettings {
     /// directly on the VM; for images without Docker, and for the simulator).
     #[serde(default = "default_executor")]
     pub executor: String,
+    /// The container's network mode with the docker executor (`docker run --network`): `host`
+    /// (the default: the Pod's container ports are the VM's, which is how its endpoints are
+    /// reached), `bridge`, `none`, a network's name or `container:<name>`.
+    #[serde(default = "default_container_network")]
+    pub container_network: String,
 }
 
 /// How long a rental may take on top of the boot timeout before a bootstrap token expires.
@@ -98,12 +103,29 @@ fn default_runner_path() -> String {
 fn default_executor() -> String {
     "docker".to_owned()
 }
+fn default_container_network() -> String {
+    neocloud_protocol::DEFAULT_CONTAINER_NETWORK.to_owned()
+}
 
 impl RunnerSettings {
     /// Checks every field; errors name the field and the value.
     pub fn check(&self) -> anyhow::Result<()> {
         self.listen_addr()?;
         self.executor_kind()?;
+        neocloud_protocol::check_network_mode(&self.container_network)
+            .map_err(|e| anyhow::anyhow!("runner.containerNetwork: {e}"))?;
+        // The path goes into cloud-init's command lines: an absolute path of plain characters.
+        let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-');
+        if !self.runner_path.starts_with('/')
+            || !self.runner_path.chars().all(plain)
+            || self.runner_path.split('/').any(|part| part == "..")
+        {
+            bail!(
+                "runner.runnerPath: {:?} must be an absolute path of letters, digits and / . _ - \
+                 (no ..)",
+                self.runner_path
+            );
+        }
         let url = reqwest::Url::parse(&self.callback_url)
             .with_context(|| format!("runner.callbackUrl: {:?} is not a URL", self.callback_url))?;
         if url.scheme() != "https" || url.host_str().is_none() {
@@ -239,6 +261,7 @@ impl RunnerSettings {
                 .zip(self.download_sha256.clone())
                 .map(|(url, sha256)| RunnerDownload { url, sha256 }),
             executor: self.executor_kind()?,
+            network: self.container_network.clone(),
             heartbeat_interval: Duration::from_secs(self.heartbeat_interval_seconds),
         };
         let runners = Runners::new(
@@ -270,6 +293,7 @@ mod tests {
         let s = settings("").unwrap();
         assert_eq!(s.listen, "0.0.0.0:8443");
         assert_eq!(s.executor, "docker");
+        assert_eq!(s.container_network, "host");
         assert_eq!(s.heartbeat_timeout_seconds, 60);
         assert_eq!(s.heartbeat_interval_seconds, 15);
         assert_eq!(s.boot_timeout_seconds, 900);
@@ -280,6 +304,22 @@ mod tests {
         for (extra, field, value) in [
             ("listen: nowhere", "runner.listen", "nowhere"),
             ("executor: podman", "runner.executor", "podman"),
+            (
+                "containerNetwork: host --privileged",
+                "runner.containerNetwork",
+                "host --privileged",
+            ),
+            (
+                "runnerPath: /opt/r;reboot",
+                "runner.runnerPath",
+                "/opt/r;reboot",
+            ),
+            ("runnerPath: bin/runner", "runner.runnerPath", "bin/runner"),
+            (
+                "runnerPath: /opt/../etc/r",
+                "runner.runnerPath",
+                "/opt/../etc/r",
+            ),
             (
                 "heartbeatTimeoutSeconds: 20",
                 "runner.heartbeatTimeoutSeconds",
