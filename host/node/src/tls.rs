@@ -38,6 +38,12 @@ pub enum TlsError {
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Most handshakes in progress at once on one server. A connection accepted beyond it is closed
+/// at once: a flood of idle connections costs at most this many pending handshakes (each held
+/// for at most [`HANDSHAKE_TIMEOUT`]) and never takes the file descriptors and memory of the
+/// node, while a client that completes its handshake is served beside them.
+const MAX_PENDING_HANDSHAKES: usize = 1024;
+
 /// The server's certificate chain and key, in PEM.
 #[derive(Clone)]
 pub struct TlsMaterial {
@@ -184,7 +190,13 @@ impl TlsListener {
             .map_err(|e| TlsError::Bind(format!("failed to read the bound address: {e}")))?;
         let acceptor = TlsAcceptor::from(config);
         let (tx, ready) = mpsc::channel(64);
-        tokio::spawn(accept_loop(tcp, acceptor, tx, server));
+        tokio::spawn(accept_loop(
+            tcp,
+            acceptor,
+            tx,
+            server,
+            MAX_PENDING_HANDSHAKES,
+        ));
         Ok(Self { ready, local })
     }
 }
@@ -194,7 +206,10 @@ async fn accept_loop(
     acceptor: TlsAcceptor,
     tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
     server: &'static str,
+    max_pending: usize,
 ) {
+    let pending = Arc::new(tokio::sync::Semaphore::new(max_pending));
+    let mut shed: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
             accepted = tcp.accept() => match accepted {
@@ -207,9 +222,25 @@ async fn accept_loop(
             },
             () = tx.closed() => return,
         };
+        let Ok(permit) = Arc::clone(&pending).try_acquire_owned() else {
+            // Closed by dropping it; said once per thousand so a flood does not flood the log.
+            drop(stream);
+            if shed.is_multiple_of(1000) {
+                tracing::warn!(
+                    server,
+                    %peer,
+                    max_pending,
+                    shed = shed + 1,
+                    "too many TLS handshakes in progress; closing new connections"
+                );
+            }
+            shed += 1;
+            continue;
+        };
         let acceptor = acceptor.clone();
         let tx = tx.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => {
                     let _ = tx.send((tls, peer)).await;
@@ -235,5 +266,96 @@ impl Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// Serves `b"ok"` on every handshaken connection of a listener that allows `max_pending`
+    /// handshakes at once; returns its address and certificate.
+    async fn echo_ok(max_pending: usize) -> (SocketAddr, String) {
+        let tls = TlsMaterial::self_signed(&["127.0.0.1".into()]).expect("cert");
+        let tcp = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let local = tcp.local_addr().expect("addr");
+        let acceptor = TlsAcceptor::from(tls.server_config(None).expect("config"));
+        let (tx, mut ready) = mpsc::channel(64);
+        tokio::spawn(accept_loop(tcp, acceptor, tx, "test", max_pending));
+        tokio::spawn(async move {
+            while let Some((mut stream, _)) = ready.recv().await {
+                tokio::spawn(async move {
+                    let _ = stream.write_all(b"ok").await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        (local, tls.cert_pem().to_owned())
+    }
+
+    /// A well-behaved client: handshakes, reads the answer.
+    async fn fetch(addr: SocketAddr, cert_pem: &str) -> std::io::Result<Vec<u8>> {
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(cert_pem.as_bytes()) {
+            roots.add(cert.expect("pem")).expect("root");
+        }
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = TcpStream::connect(addr).await?;
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+        let mut tls = connector.connect(name, tcp).await?;
+        let mut out = Vec::new();
+        tls.read_to_end(&mut out).await?;
+        Ok(out)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_thousand_idle_connections_do_not_keep_a_client_from_being_served() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (addr, cert) = echo_ok(MAX_PENDING_HANDSHAKES).await;
+        let mut idle = Vec::new();
+        for _ in 0..1000 {
+            idle.push(TcpStream::connect(addr).await.expect("idle connect"));
+        }
+        let served = tokio::time::timeout(Duration::from_secs(5), fetch(addr, &cert))
+            .await
+            .expect("served while 1,000 connections idle")
+            .expect("handshake");
+        assert_eq!(served, b"ok");
+        drop(idle);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_past_the_pending_cap_are_closed_and_later_ones_served() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (addr, cert) = echo_ok(8).await;
+        let mut idle = Vec::new();
+        for _ in 0..8 {
+            idle.push(TcpStream::connect(addr).await.expect("idle connect"));
+        }
+        // The ninth is accepted and closed at once: reading it ends without an answer.
+        let mut ninth = TcpStream::connect(addr).await.expect("connect");
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), ninth.read(&mut buf))
+            .await
+            .expect("closed in time");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        // Once the idle ones go, their slots are free again.
+        drop(idle);
+        let served = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Ok(out) = fetch(addr, &cert).await {
+                    return out;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("served once the idle connections closed");
+        assert_eq!(served, b"ok");
     }
 }

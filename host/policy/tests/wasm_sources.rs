@@ -132,3 +132,16 @@ fn bytes_larger_than_the_cap_are_refused_before_compiling() {
     assert!(matches!(error, WasmError::TooLarge { .. }), "{error}");
     assert_eq!(error.label(), "too-large");
 }
+
+#[test]
+fn a_path_to_an_endless_file_is_refused_with_the_limit_not_read_whole() {
+    let error = engine()
+        .load(&PolicySource::file("/dev/zero"), settings("z"))
+        .unwrap_err();
+    assert!(matches!(error, WasmError::TooLarge { .. }), "{error}");
+    let message = error.to_string();
+    assert!(
+        message.contains("/dev/zero") && message.contains(&MAX_COMPONENT_BYTES.to_string()),
+        "{message}"
+    );
+}

@@ -74,6 +74,59 @@ fn fmt_code(c: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
+/// Longest provider message kept: it goes into Pod events, binding status and logs.
+pub const MAX_MESSAGE_CHARS: usize = 512;
+
+/// Credentials a provider's message may echo back, whatever the key: bearer tokens and
+/// `Authorization` values, secret-named query parameters and JSON fields.
+static SECRETS: std::sync::LazyLock<[(regex::Regex, &'static str); 4]> = std::sync::LazyLock::new(
+    || {
+        let re = |p: &str| regex::Regex::new(p).expect("a valid pattern");
+        [
+            (
+                re(r"(?i)(authorization:\s*)((?:bearer|basic)\s+)?[^\s,;\x22']+"),
+                "$1$2[redacted]",
+            ),
+            (
+                re(r"(?i)\b(bearer|basic)(\s+)[^\s,;\x22']+"),
+                "$1$2[redacted]",
+            ),
+            (
+                re(
+                    r"(?i)([?&;](?:api[_-]?key|access[_-]?token|token|key|secret|password|signature|sig|auth)=)[^&\s\x22'#]*",
+                ),
+                "$1[redacted]",
+            ),
+            (
+                re(
+                    r#"(?i)("(?:api[_-]?key|access[_-]?token|token|secret|password|authorization)"\s*:\s*")[^"]*""#,
+                ),
+                "$1[redacted]\"",
+            ),
+        ]
+    },
+);
+
+/// A provider's message made safe to show: credentials redacted, control characters (newlines
+/// included) turned into spaces, and at most [`MAX_MESSAGE_CHARS`] characters kept.
+pub fn scrub(message: &str) -> String {
+    let mut out = message.to_owned();
+    for (pattern, with) in SECRETS.iter() {
+        if pattern.is_match(&out) {
+            out = pattern.replace_all(&out, *with).into_owned();
+        }
+    }
+    let mut out: String = out
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if let Some((at, _)) = out.char_indices().nth(MAX_MESSAGE_CHARS) {
+        out.truncate(at);
+        out.push_str("...");
+    }
+    out
+}
+
 impl ProviderError {
     /// A new error with no subject, code or Retry-After.
     pub fn new(
@@ -82,7 +135,7 @@ impl ProviderError {
         class: FailureClass,
         message: impl Into<String>,
     ) -> ProviderError {
-        let message = message.into();
+        let message = scrub(&message.into());
         ProviderError {
             provider,
             operation,
@@ -102,7 +155,7 @@ impl ProviderError {
 
     /// Records the provider's own error code.
     pub fn with_code(mut self, code: impl Into<String>) -> Self {
-        self.code = Some(code.into());
+        self.code = Some(scrub(&code.into()));
         self
     }
 
@@ -207,5 +260,58 @@ pub trait Provider: Send + Sync + fmt::Debug {
     /// and immediate: the renter uses it to say what a Pod is waiting for.
     fn create_wait(&self) -> Option<(std::time::Duration, String)> {
         None
+    }
+}
+
+#[cfg(test)]
+mod scrub_tests {
+    use super::*;
+
+    #[test]
+    fn credentials_in_a_provider_message_are_redacted() {
+        let cases = [
+            (
+                "401 from https://api.example/v1?api_key=sk_live_123&page=2: denied",
+                "401 from https://api.example/v1?api_key=[redacted]&page=2: denied",
+            ),
+            (
+                "echo: Authorization: Bearer rpa_ABCDEF123, retry",
+                "echo: Authorization: Bearer [redacted], retry",
+            ),
+            (
+                "authorization: rpa_X; bearer abc",
+                "authorization: [redacted]; bearer [redacted]",
+            ),
+            (
+                r#"{"error":"bad","token":"secret_abc","id":"i-1"}"#,
+                r#"{"error":"bad","token":"[redacted]","id":"i-1"}"#,
+            ),
+            (
+                "GET /x?Signature=AbC%2F&X-Id=7 failed",
+                "GET /x?Signature=[redacted]&X-Id=7 failed",
+            ),
+            ("no gpus available", "no gpus available"),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(scrub(raw), want, "{raw}");
+        }
+    }
+
+    #[test]
+    fn messages_are_one_line_and_capped() {
+        let long = format!("line one\nline two\r\t{}", "x".repeat(2_000));
+        let out = scrub(&long);
+        assert!(out.starts_with("line one line two  x"), "{out}");
+        assert_eq!(out.chars().count(), MAX_MESSAGE_CHARS + 3);
+        assert!(out.ends_with("..."));
+        let e = ProviderError::new(
+            ProviderId::Runpod,
+            Operation::Create,
+            FailureClass::Transient,
+            "denied for ?token=abc",
+        )
+        .with_code("E1\nE2");
+        assert_eq!(e.message, "denied for ?token=[redacted]");
+        assert_eq!(e.code.as_deref(), Some("E1 E2"));
     }
 }

@@ -113,11 +113,20 @@ pub(crate) fn read(source: &PolicySource) -> Result<Loaded, WasmError> {
     Ok(Loaded { bytes, digest })
 }
 
+/// Reads at most one byte more than [`MAX_COMPONENT_BYTES`], so that a path to something
+/// endless (`/dev/zero`, a FIFO fed forever) or huge is refused by `read` with the limit named,
+/// never read whole into memory.
 fn read_file(path: &std::path::Path) -> Result<Vec<u8>, WasmError> {
-    std::fs::read(path).map_err(|error| WasmError::Read {
+    let failed = |error| WasmError::Read {
         path: path.display().to_string(),
         error,
-    })
+    };
+    let file = std::fs::File::open(path).map_err(failed)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_COMPONENT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    Ok(bytes)
 }
 
 fn fetch(url: &str) -> Result<Vec<u8>, WasmError> {
