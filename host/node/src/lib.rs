@@ -5,9 +5,7 @@
 //! It is not where decisions are made: placement, fallback and pricing live in the broker and the
 //! policy engines, cloud APIs in the providers.
 
-pub mod callback;
 pub mod crd;
-pub mod kubelet;
 pub mod metrics;
 pub mod naming;
 pub mod policies;
@@ -17,5 +15,7 @@ pub mod reconcile;
 pub mod run;
 pub mod smoke;
 pub mod sweeper;
-pub mod tls;
 pub mod vnode;
+
+// The servers remote workloads talk to live in their own crate; these paths stay for callers.
+pub use neocloud_remote::{callback, kubelet, tls};

@@ -32,6 +32,17 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "neocloud-node",
         ],
     ),
+    (
+        "neocloud-remote",
+        &[
+            "wasmtime",
+            "neocloud-policy",
+            "neocloud-broker",
+            "neocloud-providers",
+            "neocloud-cloudsim",
+            "neocloud-node",
+        ],
+    ),
     ("neocloud-protocol", &["kube", "wasmtime", "tokio"]),
     ("neocloud-core", &["kube", "wasmtime", "reqwest"]),
     ("neocloud-broker", &["kube"]),
@@ -179,6 +190,7 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         "neocloud-policy",
         "neocloud-providers",
         "neocloud-fixtures",
+        "neocloud-remote",
     ] {
         graph.entry(name.into()).or_default();
     }

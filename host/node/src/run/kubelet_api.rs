@@ -88,7 +88,7 @@ impl KubeletApiSettings {
         reconciler: &Arc<Reconciler>,
         runners: Option<&Arc<Runners>>,
     ) -> anyhow::Result<KubeletServer> {
-        let mut config = KubeletConfig::for_node(node);
+        let mut config = KubeletConfig::for_node(&node.name, node.kubelet_port);
         let host: std::net::IpAddr = self.listen_host.parse()?;
         config.listen.set_ip(host);
         config = match &self.client_ca_file {

@@ -11,17 +11,16 @@
 //!
 //! ```no_run
 //! # async fn demo(
-//! #     node: neocloud_node::vnode::NodeConfig,
 //! #     client: kube::Client,
-//! #     source: std::sync::Arc<dyn neocloud_node::kubelet::LogSource>,
-//! # ) -> Result<(), neocloud_node::kubelet::KubeletError> {
+//! #     source: std::sync::Arc<dyn neocloud_remote::kubelet::LogSource>,
+//! # ) -> Result<(), neocloud_remote::kubelet::KubeletError> {
 //! use std::sync::Arc;
-//! use neocloud_node::callback::TlsMaterial;
-//! use neocloud_node::kubelet::{KubeAccessReview, KubeletConfig, KubeletServer};
+//! use neocloud_remote::callback::TlsMaterial;
+//! use neocloud_remote::kubelet::{KubeAccessReview, KubeletConfig, KubeletServer};
 //!
-//! let config = KubeletConfig::for_node(&node)
+//! let config = KubeletConfig::for_node("gpu-burst", 10250)
 //!     .with_client_ca_file("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt".as_ref())?;
-//! let tls = TlsMaterial::self_signed(&[node.name.clone(), node.address.clone()])?;
+//! let tls = TlsMaterial::self_signed(&["gpu-burst".to_owned(), "10.0.0.5".to_owned()])?;
 //! let reviews = Arc::new(KubeAccessReview::new(client));
 //! let server = KubeletServer::start(config, &tls, reviews, source).await?;
 //! # server.shutdown().await;
@@ -29,7 +28,7 @@
 //! # }
 //! ```
 //!
-//! Not the Node object (see [`crate::vnode`]) and not where a Pod's provider is decided: the
+//! Not the Node object (the node crate's `vnode`) and not where a Pod's provider is decided: the
 //! reconciler knows that and hands it over through the [`PodLookup`].
 
 mod auth;
@@ -48,7 +47,6 @@ pub use server::KubeletServer;
 pub use source::{CallbackLogSource, LogError, LogSource, PodLookup, PodPlacement, PodRef};
 
 use crate::tls::TlsError;
-use crate::vnode::NodeConfig;
 
 /// The kubelet API port unless configured otherwise.
 pub const DEFAULT_PORT: u16 = 10250;
@@ -80,10 +78,10 @@ impl KubeletConfig {
         }
     }
 
-    /// The configuration for the node `node` registers: its name and its kubelet port.
-    pub fn for_node(node: &NodeConfig) -> Self {
-        let mut config = Self::new(&node.name);
-        config.listen.set_port(node.kubelet_port);
+    /// The configuration for node `node_name` with its kubelet API on `port`.
+    pub fn for_node(node_name: &str, port: u16) -> Self {
+        let mut config = Self::new(node_name);
+        config.listen.set_port(port);
         config
     }
 
