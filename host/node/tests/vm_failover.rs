@@ -15,7 +15,7 @@ use tokio::time::Instant;
 mod runner_bin;
 mod support;
 mod vm_support;
-use vm_support::{World, cmdline_flag, runner_pids};
+use vm_support::{World, cmdline_flag, environ_var, runner_pids};
 
 /// Waits until replica `replica`'s log contains `needle`; returns when it was seen.
 async fn wait_for_log(world: &World, replica: u32, needle: &str, within: Duration) -> Instant {
@@ -152,7 +152,9 @@ async fn a_lambda_pod_keeps_its_instance_heartbeats_and_logs_when_the_leader_is_
     let ca = STANDARD
         .decode(cmdline_flag(pids[0], "--ca-pem-base64").unwrap())
         .unwrap();
-    let credential = cmdline_flag(pids[0], "--credential").unwrap();
+    // The secrets are in the runner's environment (systemd-run --setenv), not its command line.
+    assert_eq!(cmdline_flag(pids[0], "--credential"), None);
+    let credential = environ_var(pids[0], "NEOCLOUD_RUNNER_CREDENTIAL").unwrap();
     let (status, body) = ask(
         &world,
         &ca,
@@ -172,7 +174,7 @@ async fn a_lambda_pod_keeps_its_instance_heartbeats_and_logs_when_the_leader_is_
         assert!(text.contains("not valid"), "{what} credential: {text}");
         assert!(!text.contains(mac), "the answer echoes no credential");
     }
-    let bootstrap = cmdline_flag(pids[0], "--bootstrap-token").unwrap();
+    let bootstrap = environ_var(pids[0], "NEOCLOUD_BOOTSTRAP_TOKEN").unwrap();
     let body = serde_json::json!({"bootstrapToken": bootstrap});
     let (status, text) = ask(&world, &ca, "token", body).await;
     assert_eq!(status, 401, "{text}");

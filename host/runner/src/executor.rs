@@ -13,7 +13,9 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use neocloud_protocol::{BOOTSTRAP_TOKEN_ENV, ExecutorKind, LogRecord, LogStream, Workload};
+use neocloud_protocol::{
+    BOOTSTRAP_TOKEN_ENV, CREDENTIAL_ENV, ExecutorKind, LogRecord, LogStream, Workload,
+};
 
 use crate::RunnerError;
 
@@ -48,6 +50,7 @@ pub fn start(
     };
     command
         .env_remove(BOOTSTRAP_TOKEN_ENV)
+        .env_remove(CREDENTIAL_ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

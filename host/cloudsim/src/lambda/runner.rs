@@ -27,6 +27,32 @@ const RUNNER_BINARY: &str = "neocloud-runner";
 /// The arguments after the `neocloud-runner` binary in `user_data`'s `runcmd`, if it is
 /// `#cloud-config` and has such an entry.
 pub(crate) fn runner_args(user_data: &str) -> Option<Vec<String>> {
+    runner_entry(user_data).map(|(_, args)| args)
+}
+
+/// The environment the entry's `systemd-run` prefix gives the runner (`--setenv=NAME=VALUE`,
+/// `-E NAME=VALUE`, `--setenv NAME=VALUE`), as systemd would.
+pub(crate) fn runner_env(user_data: &str) -> Vec<(String, String)> {
+    let Some((prefix, _)) = runner_entry(user_data) else {
+        return Vec::new();
+    };
+    let mut env = Vec::new();
+    let mut words = prefix.iter();
+    while let Some(word) = words.next() {
+        let pair = match word.strip_prefix("--setenv=") {
+            Some(pair) => Some(pair.to_owned()),
+            None if word == "--setenv" || word == "-E" => words.next().cloned(),
+            None => None,
+        };
+        if let Some((name, value)) = pair.as_deref().and_then(|p| p.split_once('=')) {
+            env.push((name.to_owned(), value.to_owned()));
+        }
+    }
+    env
+}
+
+/// The words before and after the `neocloud-runner` binary in `user_data`'s `runcmd`.
+fn runner_entry(user_data: &str) -> Option<(Vec<String>, Vec<String>)> {
     if !user_data.trim_start().starts_with("#cloud-config") {
         return None;
     }
@@ -44,7 +70,7 @@ pub(crate) fn runner_args(user_data: &str) -> Option<Vec<String>> {
             _ => return None,
         };
         let at = argv.iter().position(|arg| is_runner_binary(arg))?;
-        Some(argv[at + 1..].to_vec())
+        Some((argv[..at].to_vec(), argv[at + 1..].to_vec()))
     })
 }
 
@@ -68,12 +94,13 @@ impl Runners {
         self.live.lock().remove(id);
     }
 
-    /// After `boot`, starts `binary args` for `id` unless the instance is gone or not active.
+    /// After `boot`, starts `binary args` with `env` for `id` unless the instance is gone or not
+    /// active.
     pub fn schedule(
         state: Weak<LambdaState>,
         id: String,
         binary: PathBuf,
-        args: Vec<String>,
+        (args, env): (Vec<String>, Vec<(String, String)>),
         boot: Duration,
     ) {
         tokio::spawn(async move {
@@ -95,7 +122,7 @@ impl Runners {
                     }
                     _ => return,
                 }
-                match spawn(&id, &binary, &args) {
+                match spawn(&id, &binary, &args, &env) {
                     Ok(kill) => {
                         live.insert(id, kill);
                     }
@@ -110,11 +137,17 @@ impl Runners {
     }
 }
 
-fn spawn(id: &str, binary: &Path, args: &[String]) -> std::io::Result<oneshot::Sender<()>> {
+fn spawn(
+    id: &str,
+    binary: &Path,
+    args: &[String],
+    env: &[(String, String)],
+) -> std::io::Result<oneshot::Sender<()>> {
     // The runner leads a process group standing in for the VM: killing the instance kills the
     // group, so the workload dies with its VM even when the runner died first.
     let mut child = Command::new(binary)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -193,6 +226,16 @@ mod tests {
     #[test]
     fn user_data_without_a_runner_runs_nothing() {
         assert_eq!(runner_args("#cloud-config\n"), None);
+        assert_eq!(
+            runner_env(
+                "#cloud-config\nruncmd:\n  - [systemd-run, --setenv=A=1=2, -E, B=x, --quiet, \
+                 /usr/local/bin/neocloud-runner, --setenv=C=no]\n"
+            ),
+            vec![
+                ("A".to_owned(), "1=2".to_owned()),
+                ("B".to_owned(), "x".to_owned())
+            ]
+        );
         assert_eq!(runner_args("#!/bin/sh\nneocloud-runner\n"), None);
         assert_eq!(
             runner_args("#cloud-config\nruncmd:\n  - [neocloud-node, runner]\n"),

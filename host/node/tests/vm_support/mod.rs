@@ -244,6 +244,18 @@ pub fn runner_pids(callback_port: u16) -> Vec<i32> {
 }
 
 /// The value after `flag` on the command line of process `pid`.
+/// The value of the environment variable `name` of process `pid`, as it started.
+pub fn environ_var(pid: i32, name: &str) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ.split(|b| *b == 0).find_map(|entry| {
+        let entry = String::from_utf8_lossy(entry);
+        entry
+            .strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix('='))
+            .map(str::to_owned)
+    })
+}
+
 pub fn cmdline_flag(pid: i32, flag: &str) -> Option<String> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let args: Vec<String> = cmdline

@@ -17,6 +17,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::Serialize;
 
+use neocloud_protocol::{BOOTSTRAP_TOKEN_ENV, CREDENTIAL_ENV};
+
 use super::{BootstrapToken, ExecutorKind, Secret};
 
 /// Where the runner binary (`neocloud-runner`) is on the VM unless configured otherwise.
@@ -89,6 +91,8 @@ pub fn render_user_data(
         );
         runcmd.push(vec!["sh".into(), "-c".into(), script]);
     }
+    // The token and the credential reach the runner through its unit's environment, not its
+    // command line: they are not on the VM's process list while it runs.
     let mut start: Vec<String> = [
         "systemd-run",
         "--unit=neocloud-runner",
@@ -97,6 +101,10 @@ pub fn render_user_data(
     ]
     .map(String::from)
     .into();
+    start.extend([
+        format!("--setenv={BOOTSTRAP_TOKEN_ENV}={}", token.expose()),
+        format!("--setenv={CREDENTIAL_ENV}={}", credential.expose()),
+    ]);
     start.extend([
         path,
         "--callback-url".into(),
@@ -109,10 +117,6 @@ pub fn render_user_data(
         options.network.clone(),
         "--heartbeat-interval".into(),
         format!("{}ms", options.heartbeat_interval.as_millis()),
-        "--bootstrap-token".into(),
-        token.expose().to_string(),
-        "--credential".into(),
-        credential.expose().to_string(),
     ]);
     runcmd.push(start);
     let yaml = serde_yaml::to_string(&CloudConfig { runcmd }).unwrap_or_default();
@@ -148,8 +152,25 @@ mod tests {
             .iter()
             .position(|a| a == DEFAULT_RUNNER_PATH)
             .expect("runner path");
-        // The runner's own parser reads what the node wrote: the two cannot drift apart.
-        let args = neocloud_runner::RunnerArgs::try_parse_from(&start[at..]).expect("runner args");
+        // The secrets are in the unit's environment, not on the runner's command line.
+        let setenv = |name: &str| {
+            start[..at]
+                .iter()
+                .find_map(|w| w.strip_prefix(&format!("--setenv={name}=")))
+                .expect("setenv")
+                .to_owned()
+        };
+        let (tok, cred) = (setenv(BOOTSTRAP_TOKEN_ENV), setenv(CREDENTIAL_ENV));
+        assert!(
+            !start[at..]
+                .iter()
+                .any(|w| w.contains("tok_abc") || w.contains("ncr1"))
+        );
+        // The runner's own parser reads what the node wrote (the environment given as its
+        // flags, which it reads the same way): the two cannot drift apart.
+        let mut argv = start[at..].to_vec();
+        argv.extend(["--bootstrap-token".into(), tok, "--credential".into(), cred]);
+        let args = neocloud_runner::RunnerArgs::try_parse_from(&argv).expect("runner args");
         assert_eq!(args.callback_url, "https://10.0.0.1:8443");
         assert_eq!(args.bootstrap_token, "tok_abc");
         assert_eq!(args.credential.as_deref(), Some("ncr1:k:u:m"));
@@ -179,7 +200,7 @@ mod tests {
         let parsed = with_download(DEFAULT_RUNNER_PATH, "https://example.com/neocloud-runner");
         let script = parsed["runcmd"][0][2].as_str().expect("script");
         assert!(script.contains("sha256sum -c"), "{script}");
-        assert!(parsed["runcmd"][1][4].as_str() == Some(DEFAULT_RUNNER_PATH));
+        assert!(parsed["runcmd"][1][6].as_str() == Some(DEFAULT_RUNNER_PATH));
     }
 
     #[test]
