@@ -112,8 +112,9 @@ static SECRETS: std::sync::LazyLock<[(regex::Regex, &'static str); 4]> = std::sy
 pub fn scrub(message: &str) -> String {
     let mut out = message.to_owned();
     for (pattern, with) in SECRETS.iter() {
-        if pattern.is_match(&out) {
-            out = pattern.replace_all(&out, *with).into_owned();
+        // Borrowed when nothing matched: the message is copied only when something changed.
+        if let std::borrow::Cow::Owned(redacted) = pattern.replace_all(&out, *with) {
+            out = redacted;
         }
     }
     let mut out: String = out

@@ -24,18 +24,19 @@ use super::state::LambdaState;
 /// The binary name the runner command starts with.
 const RUNNER_BINARY: &str = "neocloud-runner";
 
-/// The arguments after the `neocloud-runner` binary in `user_data`'s `runcmd`, if it is
-/// `#cloud-config` and has such an entry.
-pub(crate) fn runner_args(user_data: &str) -> Option<Vec<String>> {
-    runner_entry(user_data).map(|(_, args)| args)
+/// The runner's arguments and the environment it starts with.
+pub(crate) type RunnerCommand = (Vec<String>, Vec<(String, String)>);
+
+/// The arguments after the `neocloud-runner` binary in `user_data`'s `runcmd`, and the
+/// environment its `systemd-run` prefix gives it, if the `user_data` is `#cloud-config` and
+/// has such an entry.
+pub(crate) fn runner_command(user_data: &str) -> Option<RunnerCommand> {
+    runner_entry(user_data).map(|(prefix, args)| (args, setenv(&prefix)))
 }
 
-/// The environment the entry's `systemd-run` prefix gives the runner (`--setenv=NAME=VALUE`,
-/// `-E NAME=VALUE`, `--setenv NAME=VALUE`), as systemd would.
-pub(crate) fn runner_env(user_data: &str) -> Vec<(String, String)> {
-    let Some((prefix, _)) = runner_entry(user_data) else {
-        return Vec::new();
-    };
+/// The environment `systemd-run` words give the unit (`--setenv=NAME=VALUE`, `-E NAME=VALUE`,
+/// `--setenv NAME=VALUE`), as systemd would.
+fn setenv(prefix: &[String]) -> Vec<(String, String)> {
     let mut env = Vec::new();
     let mut words = prefix.iter();
     while let Some(word) = words.next() {
@@ -100,7 +101,7 @@ impl Runners {
         state: Weak<LambdaState>,
         id: String,
         binary: PathBuf,
-        (args, env): (Vec<String>, Vec<(String, String)>),
+        (args, env): RunnerCommand,
         boot: Duration,
     ) {
         tokio::spawn(async move {
@@ -191,6 +192,16 @@ fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn runner_args(user_data: &str) -> Option<Vec<String>> {
+        runner_command(user_data).map(|(args, _)| args)
+    }
+
+    fn runner_env(user_data: &str) -> Vec<(String, String)> {
+        runner_command(user_data)
+            .map(|(_, env)| env)
+            .unwrap_or_default()
+    }
 
     #[test]
     fn runner_args_come_from_a_list_entry_behind_a_prefix() {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::runner::{Runners, runner_args, runner_env};
+use super::runner::{Runners, runner_command};
 use super::wire::{LaunchRequest, Tag};
 use crate::clock::SimClock;
 use crate::market::Offer;
@@ -114,13 +114,9 @@ impl LambdaState {
         if !config.run_user_data {
             return;
         }
-        let Some(user_data) = request.user_data.as_deref() else {
+        let Some(command) = request.user_data.as_deref().and_then(runner_command) else {
             return;
         };
-        let Some(args) = runner_args(user_data) else {
-            return;
-        };
-        let env = runner_env(user_data);
         let binary = config
             .runner_binary
             .clone()
@@ -129,13 +125,7 @@ impl LambdaState {
         let boot = SimClock::ms(t.provisioning_ms + t.starting_ms);
         for id in ids {
             let state = Arc::downgrade(self);
-            Runners::schedule(
-                state,
-                id.clone(),
-                binary.clone(),
-                (args.clone(), env.clone()),
-                boot,
-            );
+            Runners::schedule(state, id.clone(), binary.clone(), command.clone(), boot);
         }
     }
 

@@ -117,10 +117,10 @@ pub struct Reconciler {
     translations: Translations,
 }
 
-/// What a Pod translates to.
 /// An event still to publish about a Pod: its reason and note.
 type Said = (&'static str, String);
 
+/// What a Pod translates to.
 type Translated = Result<(neocloud_core::WorkloadSpec, Planner), String>;
 
 /// Each live Pod's translation and compiled expressions, by UID, with the fingerprint of what

@@ -328,8 +328,9 @@ impl Reconciler {
                     _ => {}
                 }
                 let repriced = self.reprice(&b, &status, i);
+                let change = status.phase != BindingPhase::Running || repriced;
                 let mut started = None;
-                if status.phase != BindingPhase::Running || repriced {
+                if change {
                     if repriced {
                         status.price_per_hour = Some(i.price_per_hour);
                     }
@@ -343,22 +344,25 @@ impl Reconciler {
                             endpoints(i)
                         ));
                     }
-                    // The events go out beside the binding's write (each is stamped when it
-                    // starts, so `Rented` still reads before `Started`) and before the Pod's.
-                    let events = async {
-                        if let Some((reason, note)) = said {
-                            self.event(pod, false, reason, note).await;
-                        }
-                        if let Some(note) = started {
-                            self.event(pod, false, "Started", note).await;
-                        }
-                    };
-                    let (written, ()) =
-                        tokio::join!(write_status(&self.client, &b, &status), events);
-                    written?;
-                } else if let Some((reason, note)) = said {
-                    self.event(pod, false, reason, note).await;
                 }
+                // The events go out beside the binding's write, if any (each is stamped when it
+                // starts, so `Rented` still reads before `Started`), and before the Pod's.
+                let write = async {
+                    if change {
+                        write_status(&self.client, &b, &status).await?;
+                    }
+                    Ok::<(), kube::Error>(())
+                };
+                let events = async {
+                    if let Some((reason, note)) = said {
+                        self.event(pod, false, reason, note).await;
+                    }
+                    if let Some(note) = started {
+                        self.event(pod, false, "Started", note).await;
+                    }
+                };
+                let (written, ()) = tokio::join!(write, events);
+                written?;
                 self.set_pod(pod, &DesiredPod::running()).await?;
                 return Ok(Action::requeue(self.cfg.running_poll_interval));
             }

@@ -5,8 +5,9 @@
 //! credential is not: it lets the runner get a new session from whichever replica leads after
 //! a restart or failover, for this one binding, while the binding lives and until the node's
 //! runner identity is rotated; so whoever can read this `user_data` later (the cloud's
-//! metadata service, a console, a snapshot) can act as this binding's runner. Both are visible
-//! on the VM's process list while the runner runs.
+//! metadata service, a console, a snapshot) can act as this binding's runner. Both reach the
+//! runner through its systemd unit's environment, not its command line, so neither is on the
+//! VM's process list.
 //!
 //! Not how the runner binary gets onto an image that lacks it beyond an optional download with a
 //! mandatory SHA-256 check.
