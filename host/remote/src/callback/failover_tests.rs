@@ -116,6 +116,25 @@ async fn a_session_signed_by_the_old_leader_is_accepted_by_the_new_one() {
         new.events.try_recv().is_err(),
         "the state was known already"
     );
+    // The runner retries a report whose answer the old leader never sent: no news either.
+    let running = serde_json::json!({ "state": "Running" });
+    let answer = new.post("status", Some(&session), running).await;
+    assert!(answer.status < 300, "{answer:?}");
+    assert!(new.events.try_recv().is_err(), "a repeated report");
+    let exited = serde_json::json!({ "state": "Exited", "exitCode": 4 });
+    for _ in 0..2 {
+        let answer = new.post("status", Some(&session), exited.clone()).await;
+        assert!(answer.status < 300, "{answer:?}");
+    }
+    let event = new.events.recv().await.expect("event");
+    let RunnerEventKind::State(report) = event.kind else {
+        panic!("expected a state, got {event:?}");
+    };
+    assert_eq!(
+        (report.state, report.exit_code),
+        (RunnerState::Exited, Some(4))
+    );
+    assert!(new.events.try_recv().is_err(), "the exit is told once");
 
     let stranger = replica(config(&RunnerKeys::random()), &tls).await;
     stranger.server.handle().adopt("uid-a", workload(), None);

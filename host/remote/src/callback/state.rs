@@ -244,15 +244,22 @@ impl State {
         Ok(())
     }
 
+    /// A state report. A repeat of the state already known (a runner retrying a report whose
+    /// answer it lost, as across a leader change) is a sign of life and no news.
     pub async fn report(&self, uid: &str, report: StatusReport) -> Result<(), CallbackError> {
         let exited = report.state == RunnerState::Exited;
-        let logs = self.touch(uid, |entry| {
+        let (logs, repeat) = self.touch(uid, |entry| {
+            let repeat = entry.state == Some(report.state);
             entry.exited |= exited;
             entry.state = Some(report.state);
-            entry.logs.clone()
+            (entry.logs.clone(), repeat)
         })?;
         if exited {
             logs.close();
+        }
+        if repeat {
+            tracing::debug!(binding = uid, state = ?report.state, "callback: a repeated report");
+            return Ok(());
         }
         self.emit(uid, RunnerEventKind::State(report)).await;
         Ok(())
