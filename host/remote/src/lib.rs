@@ -8,4 +8,5 @@
 
 pub mod callback;
 pub mod kubelet;
+pub mod serving;
 pub mod tls;

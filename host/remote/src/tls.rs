@@ -21,6 +21,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -178,26 +179,27 @@ pub struct TlsListener {
 }
 
 impl TlsListener {
-    /// Starts accepting on `tcp` with `config`; the accept task ends when the listener is
-    /// dropped. `server` names the server in logs ("callback", "kubelet").
+    /// Starts accepting on `tcp` with `config`, and returns the listener with its accept task,
+    /// which ends when the listener is dropped (before that, only by a panic: the server owning
+    /// the listener watches it). `server` names the server in logs ("callback", "kubelet").
     pub fn new(
         tcp: TcpListener,
         config: Arc<ServerConfig>,
         server: &'static str,
-    ) -> Result<Self, TlsError> {
+    ) -> Result<(Self, JoinHandle<()>), TlsError> {
         let local = tcp
             .local_addr()
             .map_err(|e| TlsError::Bind(format!("failed to read the bound address: {e}")))?;
         let acceptor = TlsAcceptor::from(config);
         let (tx, ready) = mpsc::channel(64);
-        tokio::spawn(accept_loop(
+        let accepting = tokio::spawn(accept_loop(
             tcp,
             acceptor,
             tx,
             server,
             MAX_PENDING_HANDSHAKES,
         ));
-        Ok(Self { ready, local })
+        Ok((Self { ready, local }, accepting))
     }
 }
 
@@ -259,7 +261,7 @@ impl Listener for TlsListener {
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         match self.ready.recv().await {
             Some(accepted) => accepted,
-            // The accept task only ends when this listener is dropped.
+            // The accept task ended (it panicked): the owning server's watch reports it.
             None => std::future::pending().await,
         }
     }

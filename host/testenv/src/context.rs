@@ -81,16 +81,17 @@ impl TestContext {
     }
 
     /// Pods are refused until the controller manager has created the namespace's `default`
-    /// ServiceAccount, so wait for it.
+    /// ServiceAccount, so wait for it (a minute: a controller manager that started beside a
+    /// Rust build on two cores has taken more than 30 s to elect itself and sync).
     async fn wait_for_default_service_account(&self) {
         let sas: Api<ServiceAccount> = self.namespaced();
-        for _ in 0..300 {
+        for _ in 0..600 {
             if sas.get_opt("default").await.ok().flatten().is_some() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("no default service account in {} after 30s", self.namespace);
+        panic!("no default service account in {} after 60s", self.namespace);
     }
 }
 

@@ -37,7 +37,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
         ended = started.tasks.ended() => return Err(ended.into()),
     };
     tracing::info!(node = %cfg.node.name, cluster = %started.cluster, providers = ?started.ids, "leading; starting the node");
-    let _serving = node::lead(&cfg, &mut started).await?;
+    node::lead(&cfg, &mut started).await?;
     let mut tasks = started.tasks;
     let outcome = tokio::select! {
         () = leadership.lost() => {

@@ -20,22 +20,14 @@ use tokio::sync::{oneshot, watch};
 use super::RunConfig;
 use super::background::{check_health, gauges};
 use super::startup::Started;
-use crate::callback::CallbackServer;
-use crate::kubelet::KubeletServer;
 use crate::metrics;
 use crate::policies::PolicyRegistry;
 use crate::reconcile::{Reconciler, ReconcilerConfig, Runners};
 use crate::sweeper::Sweeper;
 use crate::vnode::{Health, Heartbeat, NodeConfig};
 
-/// The servers the leader keeps alive for as long as it runs (dropping one stops it).
-pub(super) struct Serving {
-    _callback: Option<CallbackServer>,
-    _kubelet: Option<KubeletServer>,
-}
-
 /// Starts everything the leader runs, as tasks of `s.tasks`; see the module documentation.
-pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<Serving> {
+pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<()> {
     let mut node = cfg.node.clone();
     node.providers = s.ids.iter().map(|p| p.as_str().to_owned()).collect();
     let health = register(s, &node).await?;
@@ -48,13 +40,16 @@ pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<Ser
             health,
         ),
     );
-    let (callback, runners) = match &cfg.runner {
+    let runners = match &cfg.runner {
         Some(settings) => {
-            let (server, runners) = settings
+            let (server, runners, events) = settings
                 .start(s.client.clone(), &node.name)
                 .await
                 .context("failed to start the runner callback server")?;
-            (Some(server), Some(runners))
+            s.tasks.spawn("callback", server.serve());
+            s.tasks
+                .spawn("runner-events", Arc::clone(&runners).follow(events));
+            Some(runners)
         }
         None => {
             if s.ids.contains(&ProviderId::Lambda) {
@@ -62,14 +57,14 @@ pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<Ser
                     "lambda is enabled without a runner: its Pods are Running once their VM is, with no container, logs or heartbeats"
                 );
             }
-            (None, None)
+            None
         }
     };
     let reconciler = reconciler(cfg, s, &node, renter.clone(), runners.clone())?;
     let (synced_tx, synced_rx) = oneshot::channel();
     s.tasks
         .spawn("reconciler", Arc::clone(&reconciler).run(Some(synced_tx)));
-    let kubelet = if cfg.kubelet_api.enabled {
+    if cfg.kubelet_api.enabled {
         let kubelet = cfg.kubelet_api.start(
             &node,
             s.client.clone(),
@@ -77,10 +72,8 @@ pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<Ser
             &reconciler,
             runners.as_ref(),
         );
-        Some(kubelet.await?)
-    } else {
-        None
-    };
+        s.tasks.spawn("kubelet-api", kubelet.await?.serve());
+    }
     let sweeper = Sweeper::new(
         s.client.clone(),
         s.providers.clone(),
@@ -99,10 +92,7 @@ pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<Ser
     );
     s.tasks
         .spawn("gauges", gauges(reconciler, renter, Arc::clone(&s.metrics)));
-    Ok(Serving {
-        _callback: callback,
-        _kubelet: kubelet,
-    })
+    Ok(())
 }
 
 /// Registers the Node and starts its heartbeat; returns where the health check reports.

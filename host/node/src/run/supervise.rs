@@ -57,6 +57,13 @@ impl Outcome for () {
     }
 }
 
+/// A server serves until one of its own tasks ends, which is always a failure.
+impl Outcome for neocloud_remote::serving::ServerStopped {
+    fn into_result(self) -> Result<(), String> {
+        Err(self.to_string())
+    }
+}
+
 impl<E: std::fmt::Display> Outcome for Result<(), E> {
     fn into_result(self) -> Result<(), String> {
         self.map_err(|e| format!("{e:#}"))
@@ -130,12 +137,7 @@ impl Supervisor {
             // Only `abort` cancels, and only `Drop` aborts.
             return TaskEnded::Returned { task };
         }
-        let payload = e.into_panic();
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-text panic payload".to_owned());
+        let message = neocloud_remote::serving::panic_message(&*e.into_panic());
         TaskEnded::Panicked { task, message }
     }
 
@@ -258,6 +260,23 @@ mod tests {
             ended,
             "task metrics failed: failed to serve: address in use"
         );
+    }
+
+    #[tokio::test]
+    async fn a_server_that_stops_serving_fails_its_task_naming_what_stopped() {
+        let (mut s, ready) = supervisor();
+        s.spawn("callback", async {
+            neocloud_remote::serving::ServerStopped {
+                server: "callback",
+                task: "TLS accept loop",
+                how: "panicked: boom".into(),
+            }
+        });
+        assert_eq!(
+            s.ended().await.to_string(),
+            "task callback failed: the callback server's TLS accept loop panicked: boom"
+        );
+        assert!(!*ready.borrow());
     }
 
     #[tokio::test]

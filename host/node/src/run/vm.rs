@@ -15,9 +15,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 use neocloud_core::ProviderId;
 use serde::Deserialize;
+use tokio::sync::mpsc;
 
 use crate::callback::{
-    CallbackConfig, CallbackServer, DEFAULT_TRUST_DOMAIN, RunnerIdentity, TlsMaterial,
+    CallbackConfig, CallbackServer, DEFAULT_TRUST_DOMAIN, RunnerEvent, RunnerIdentity, TlsMaterial,
 };
 use crate::callback::{ExecutorKind, RunnerDownload, UserDataOptions};
 use crate::reconcile::Runners;
@@ -222,13 +223,13 @@ impl RunnerSettings {
     }
 
     /// Starts the callback server of node `node` and returns it with the reconciler's view of
-    /// the runners (on Lambda Cloud, the one provider that rents VMs). The server stops when
-    /// dropped.
+    /// the runners (on Lambda Cloud, the one provider that rents VMs) and the server's events,
+    /// which [`Runners::follow`] must apply. The server stops when dropped.
     pub async fn start(
         &self,
         client: Client,
         node: &str,
-    ) -> anyhow::Result<(CallbackServer, Arc<Runners>)> {
+    ) -> anyhow::Result<(CallbackServer, Arc<Runners>, mpsc::Receiver<RunnerEvent>)> {
         let files = self.cert_file.as_ref().zip(self.key_file.as_ref());
         let identity = self.load_identity(client, node).await?;
         let tls = match (files, identity.tls()) {
@@ -272,8 +273,7 @@ impl RunnerSettings {
             vec![ProviderId::Lambda],
             Duration::from_secs(self.boot_timeout_seconds),
         );
-        tokio::spawn(Arc::clone(&runners).follow(events));
-        Ok((server, runners))
+        Ok((server, runners, events))
     }
 }
 

@@ -41,6 +41,7 @@ use super::{CallbackConfig, CallbackError, RunnerEvent};
 use super::{
     ErrorBody, Heartbeat, LogRecord, ReauthRequest, StatusReport, TokenRequest, TokenResponse,
 };
+use crate::serving::{ServerStopped, first_to_end};
 use crate::tls::{ClientAddr, TlsListener, TlsMaterial};
 
 /// The longest accepted log record (one NDJSON line), in bytes.
@@ -56,6 +57,8 @@ pub struct CallbackServer {
     cert_pem: String,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
+    accepting: JoinHandle<()>,
+    monitor: JoinHandle<()>,
 }
 
 impl CallbackServer {
@@ -68,13 +71,13 @@ impl CallbackServer {
         let tcp = TcpListener::bind(config.listen).await.map_err(|e| {
             CallbackError::Bind(format!("failed to listen on {}: {e}", config.listen))
         })?;
-        let listener = TlsListener::new(tcp, tls.server_config(None)?, "callback")?;
+        let (listener, accepting) = TlsListener::new(tcp, tls.server_config(None)?, "callback")?;
         let local_addr = axum::serve::Listener::local_addr(&listener)
             .map_err(|e| CallbackError::Bind(e.to_string()))?;
         let (events_tx, events) = mpsc::channel(1024);
         let timeout = config.heartbeat_timeout;
         let state = Arc::new(Shared::new(config, events_tx)?);
-        tokio::spawn(monitor_heartbeats(Arc::downgrade(&state), timeout));
+        let monitor = tokio::spawn(monitor_heartbeats(Arc::downgrade(&state), timeout));
         let app = routes(state.clone()).into_make_service_with_connect_info::<ClientAddr>();
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(async move {
@@ -92,6 +95,8 @@ impl CallbackServer {
             cert_pem: tls.cert_pem().to_string(),
             stop: Some(stop),
             task,
+            accepting,
+            monitor,
         };
         Ok((server, events))
     }
@@ -111,6 +116,17 @@ impl CallbackServer {
         &self.cert_pem
     }
 
+    /// Serves until one of the server's tasks ends by itself (a panic), which it says; never
+    /// returns while the server works. Dropping the future stops the server.
+    pub async fn serve(mut self) -> ServerStopped {
+        let tasks = vec![
+            ("HTTP service", &mut self.task),
+            ("TLS accept loop", &mut self.accepting),
+            ("heartbeat monitor", &mut self.monitor),
+        ];
+        first_to_end("callback", tasks).await
+    }
+
     /// Stops accepting, lets requests in flight finish, and waits.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -123,6 +139,8 @@ impl CallbackServer {
 impl Drop for CallbackServer {
     fn drop(&mut self) {
         self.task.abort();
+        self.accepting.abort();
+        self.monitor.abort();
     }
 }
 

@@ -281,3 +281,32 @@ async fn exercise_every_path() -> Vec<String> {
     assert!(!session.contains(token.expose()));
     vec![token.expose().to_string(), SECRET_ENV.to_string()]
 }
+
+#[tokio::test]
+async fn serve_says_which_of_the_server_s_tasks_ended_and_dropping_it_stops_the_server() {
+    let (server, _events) = start(config()).await;
+    let runner = client(&server);
+    let token = server.handle().register("uid-a", workload("a")).unwrap();
+    runner.exchange(&token).await.expect("serving");
+    server.accepting.abort();
+    let stopped = tokio::time::timeout(Duration::from_secs(5), server.serve())
+        .await
+        .expect("serve returns once a task ended");
+    assert_eq!(
+        stopped.to_string(),
+        "the callback server's TLS accept loop was cancelled"
+    );
+
+    let (server, _events) = start(config()).await;
+    let address = server.local_addr();
+    let serving = tokio::spawn(server.serve());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!serving.is_finished(), "serve runs while the server works");
+    serving.abort();
+    let _ = serving.await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        tokio::net::TcpStream::connect(address).await.is_err(),
+        "the listener is closed once serve is dropped"
+    );
+}

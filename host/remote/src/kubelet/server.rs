@@ -27,6 +27,7 @@ use super::auth::{AccessReview, Gate, Refusal, UserInfo, verb};
 use super::request::{RequestError, parse_path, parse_query};
 use super::source::LogSource;
 use super::{KubeletConfig, KubeletError, x509};
+use crate::serving::{ServerStopped, first_to_end};
 use crate::tls::{TlsListener, TlsMaterial};
 
 /// How long [`KubeletServer::shutdown`] lets open log streams finish before cutting them.
@@ -69,6 +70,7 @@ pub struct KubeletServer {
     local_addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
+    accepting: JoinHandle<()>,
 }
 
 impl KubeletServer {
@@ -85,7 +87,7 @@ impl KubeletServer {
         let tcp = TcpListener::bind(config.listen).await.map_err(|e| {
             KubeletError::Bind(format!("failed to listen on {}: {e}", config.listen))
         })?;
-        let listener = TlsListener::new(tcp, server_config, "kubelet")?;
+        let (listener, accepting) = TlsListener::new(tcp, server_config, "kubelet")?;
         let local_addr = axum::serve::Listener::local_addr(&listener)
             .map_err(|e| KubeletError::Bind(e.to_string()))?;
         let gate = Gate::new(reviews, config.node_name.clone(), config.auth_cache_ttl);
@@ -105,12 +107,23 @@ impl KubeletServer {
             local_addr,
             stop: Some(stop),
             task,
+            accepting,
         })
     }
 
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Serves until one of the server's tasks ends by itself (a panic), which it says; never
+    /// returns while the server works. Dropping the future stops the server.
+    pub async fn serve(mut self) -> ServerStopped {
+        let tasks = vec![
+            ("HTTP service", &mut self.task),
+            ("TLS accept loop", &mut self.accepting),
+        ];
+        first_to_end("kubelet", tasks).await
     }
 
     /// Stops accepting, gives open streams a few seconds to finish, then cuts them.
@@ -130,6 +143,7 @@ impl KubeletServer {
 impl Drop for KubeletServer {
     fn drop(&mut self) {
         self.task.abort();
+        self.accepting.abort();
     }
 }
 
