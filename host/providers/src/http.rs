@@ -10,6 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use neocloud_core::{FailureClass, ProviderId};
 use reqwest::header::RETRY_AFTER;
 use reqwest::{Client, RequestBuilder, StatusCode};
@@ -187,6 +188,9 @@ impl Http {
         self.attempts(call, safety, build).instrument(span).await
     }
 
+    /// Tries the request until an answer is final, as [`Http::retry_wait`] says, with `backon`'s
+    /// exponential backoff (no jitter: the backoff is per call, and the broker's per-provider
+    /// back-off spreads Pods out).
     async fn attempts<F>(
         &self,
         call: Call<'_>,
@@ -196,18 +200,27 @@ impl Http {
     where
         F: Fn(&Client) -> RequestBuilder,
     {
-        let mut attempt = 1;
-        loop {
+        let backoff = ExponentialBuilder::new()
+            .with_min_delay(Duration::from_millis(self.config.backoff_ms))
+            .with_factor(2.0)
+            .with_max_delay(self.max_wait())
+            .with_max_times(self.config.max_attempts.max(1) as usize - 1);
+        let attempt = || async {
             let outcome = self.fetch(&build).await;
-            match self.retry_wait(&outcome, safety, attempt) {
-                Some(wait) => {
-                    tracing::debug!(attempt, ?wait, "retrying provider call");
-                    tokio::time::sleep(wait).await;
-                    attempt += 1;
-                }
-                None => return outcome.map_err(|e| self.transport_error(call, &e)),
+            if retried(&outcome, safety) {
+                Err(outcome)
+            } else {
+                Ok(outcome)
             }
-        }
+        };
+        let outcome = attempt
+            .retry(backoff)
+            .sleep(tokio::time::sleep)
+            .adjust(|outcome, wait| self.retry_wait(outcome, wait))
+            .notify(|_, wait| tracing::debug!(?wait, "retrying provider call"))
+            .await
+            .unwrap_or_else(|last| last);
+        outcome.map_err(|e| self.transport_error(call, &e))
     }
 
     async fn fetch<F>(&self, build: &F) -> Result<Reply, reqwest::Error>
@@ -232,30 +245,26 @@ impl Http {
         })
     }
 
-    /// How long to wait before another attempt, or `None` to stop.
+    /// The wait before another attempt after `outcome` (which [`retried`] allows), given the
+    /// backoff's `wait` (`None`: attempts are spent, stop): a 429's Retry-After replaces the
+    /// backoff; no wait is longer than `maxRetryWaitMs`.
     fn retry_wait(
         &self,
         outcome: &Result<Reply, reqwest::Error>,
-        safety: Safety,
-        attempt: u32,
+        wait: Option<Duration>,
     ) -> Option<Duration> {
-        if attempt >= self.config.max_attempts.max(1) {
-            return None;
-        }
-        let backoff = Duration::from_millis(
-            self.config
-                .backoff_ms
-                .saturating_mul(1 << (attempt - 1).min(10)),
-        );
+        let wait = wait?;
         let wait = match outcome {
             Ok(reply) if reply.status == StatusCode::TOO_MANY_REQUESTS => {
-                reply.retry_after.unwrap_or(backoff)
+                reply.retry_after.unwrap_or(wait)
             }
-            Ok(reply) if reply.status.is_server_error() && safety == Safety::Retryable => backoff,
-            Err(_) if safety == Safety::Retryable => backoff,
-            _ => return None,
+            _ => wait,
         };
-        Some(wait.min(Duration::from_millis(self.config.max_retry_wait_ms)))
+        Some(wait.min(self.max_wait()))
+    }
+
+    fn max_wait(&self) -> Duration {
+        Duration::from_millis(self.config.max_retry_wait_ms)
     }
 
     /// Timeout when the client gave up waiting, transient otherwise; either way the outcome of
@@ -283,6 +292,16 @@ impl Http {
             self.error(call, FailureClass::Transient, message)
                 .with_code("decode")
         })
+    }
+}
+
+/// Whether `outcome` may be tried again: a 429 always (refused before any work), a 5xx or a
+/// transport failure only for calls that are safe to repeat.
+fn retried(outcome: &Result<Reply, reqwest::Error>, safety: Safety) -> bool {
+    match outcome {
+        Ok(reply) if reply.status == StatusCode::TOO_MANY_REQUESTS => true,
+        Ok(reply) => reply.status.is_server_error() && safety == Safety::Retryable,
+        Err(_) => safety == Safety::Retryable,
     }
 }
 
@@ -330,6 +349,40 @@ pub(crate) fn class_of_status(status: StatusCode) -> FailureClass {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reply(status: u16, retry_after: Option<u64>) -> Result<Reply, reqwest::Error> {
+        Ok(Reply {
+            status: StatusCode::from_u16(status).unwrap(),
+            retry_after: retry_after.map(Duration::from_secs),
+            body: String::new(),
+        })
+    }
+
+    #[test]
+    fn a_429_is_always_retried_and_a_5xx_only_when_the_call_is_safe_to_repeat() {
+        use Safety::{CreateOnce, Retryable};
+        assert!(retried(&reply(429, None), CreateOnce));
+        assert!(retried(&reply(503, None), Retryable));
+        assert!(!retried(&reply(503, None), CreateOnce));
+        assert!(!retried(&reply(400, None), Retryable));
+        assert!(!retried(&reply(200, None), Retryable));
+    }
+
+    #[test]
+    fn retry_after_replaces_the_backoff_within_the_longest_wait_and_spent_attempts_stop() {
+        let config = HttpConfig {
+            max_retry_wait_ms: 5_000,
+            ..HttpConfig::default()
+        };
+        let http = Http::new(ProviderId::Runpod, "http://x", ApiKey::new("k"), config).unwrap();
+        let backoff = Some(Duration::from_millis(250));
+        let wait = |outcome| http.retry_wait(&outcome, backoff);
+        assert_eq!(wait(reply(429, Some(2))), Some(Duration::from_secs(2)));
+        assert_eq!(wait(reply(429, Some(60))), Some(Duration::from_secs(5)));
+        assert_eq!(wait(reply(429, None)), backoff);
+        assert_eq!(wait(reply(503, Some(9))), backoff);
+        assert_eq!(http.retry_wait(&reply(429, Some(2)), None), None);
+    }
 
     #[test]
     fn an_api_key_never_shows_in_debug_output() {

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use futures::Stream;
 use reqwest::{Certificate, Client, Method, RequestBuilder, StatusCode, Url};
@@ -269,31 +270,37 @@ impl CallbackClient {
 }
 
 /// How many times a call that failed in transit or with 429 or 5xx is tried.
-const SEND_ATTEMPTS: u32 = 6;
+const SEND_ATTEMPTS: usize = 6;
 
-/// [`send`], tried again with backoff (0.5 s doubling to 8 s, about 20 s in all) while the failure
-/// is transient: a VM may boot before the node's callback is reachable, and a network blip must
-/// not end a runner whose workload runs. Refusals (401, 403, 4xx) are final.
+/// [`send`], tried again with `backon`'s backoff (0.5 s doubling to 8 s, about 20 s in all) while
+/// the failure is transient: a VM may boot before the node's callback is reachable, and a network
+/// blip must not end a runner whose workload runs. Refusals (401, 403, 4xx) are final. A request
+/// whose body cannot be copied (a stream) is sent once.
 async fn send_retrying(
     what: &'static str,
     request: RequestBuilder,
 ) -> Result<reqwest::Response, RunnerError> {
-    let mut delay = Duration::from_millis(500);
-    let mut attempt = 1;
-    loop {
-        let Some(this) = request.try_clone() else {
-            return send(what, request).await;
-        };
-        match send(what, this).await {
-            Err(e) if e.is_transient() && attempt < SEND_ATTEMPTS => {
-                tracing::warn!(error = %e, attempt, "runner: retrying in {delay:?}");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(8));
-                attempt += 1;
-            }
-            other => return other,
-        }
+    if request.try_clone().is_none() {
+        return send(what, request).await;
     }
+    let backoff = ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(500))
+        .with_factor(2.0)
+        .with_max_delay(Duration::from_secs(8))
+        .with_max_times(SEND_ATTEMPTS - 1);
+    let attempt = || async {
+        let this = request.try_clone().ok_or_else(|| RunnerError::Http {
+            what,
+            message: "the request cannot be repeated".into(),
+        })?;
+        send(what, this).await
+    };
+    attempt
+        .retry(backoff)
+        .sleep(tokio::time::sleep)
+        .when(RunnerError::is_transient)
+        .notify(|e, delay| tracing::warn!(error = %e, "runner: retrying in {delay:?}"))
+        .await
 }
 
 async fn send(

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -48,6 +49,17 @@ impl Queue {
     }
 }
 
+/// The waits after consecutive failed requests: [`FIRST_BACKOFF`] doubling up to
+/// [`MAX_BACKOFF`], for as long as requests fail.
+fn delays() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::new()
+        .with_min_delay(FIRST_BACKOFF)
+        .with_factor(2.0)
+        .with_max_delay(MAX_BACKOFF)
+        .without_max_times()
+        .build()
+}
+
 /// Whether records of a request that failed this way are worth sending again.
 fn worth_retrying(e: &RunnerError) -> bool {
     e.is_transient() || e.is_unauthorized()
@@ -57,7 +69,7 @@ fn worth_retrying(e: &RunnerError) -> bool {
 pub(super) async fn ship(client: Arc<CallbackClient>, logs: mpsc::Receiver<LogRecord>) {
     let logs = Arc::new(tokio::sync::Mutex::new(logs));
     let queue = Arc::new(Mutex::new(Queue::default()));
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = delays();
     loop {
         let first = queue.lock().backlog.pop_front();
         let first = match first {
@@ -72,7 +84,7 @@ pub(super) async fn ship(client: Arc<CallbackClient>, logs: mpsc::Receiver<LogRe
         match client.logs(body).await {
             Ok(()) => {
                 queue.lock().in_flight.clear();
-                backoff = FIRST_BACKOFF;
+                backoff = delays();
             }
             Err(e) => {
                 let retry = worth_retrying(&e);
@@ -87,8 +99,7 @@ pub(super) async fn ship(client: Arc<CallbackClient>, logs: mpsc::Receiver<LogRe
                     q.dropped
                 };
                 tracing::warn!(error = %e, retry, dropped, "runner: failed to stream logs");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                tokio::time::sleep(backoff.next().unwrap_or(MAX_BACKOFF)).await;
             }
         }
     }
@@ -121,6 +132,12 @@ fn body(
 mod tests {
     use super::*;
     use neocloud_protocol::LogStream;
+
+    #[test]
+    fn failed_requests_wait_a_quarter_second_doubling_to_four_seconds_and_no_longer() {
+        let waits: Vec<u64> = delays().take(7).map(|d| d.as_millis() as u64).collect();
+        assert_eq!(waits, [250, 500, 1000, 2000, 4000, 4000, 4000]);
+    }
 
     fn record(n: usize) -> LogRecord {
         LogRecord {

@@ -3,7 +3,8 @@
 //!
 //! A bootstrap token is 32 random bytes, base64url without padding, bound to one binding. Only
 //! its SHA-256 is kept; it expires after a few minutes and is removed when consumed, so reading
-//! `user_data` later yields nothing usable. A session token is a compact HS256 JWT whose subject
+//! `user_data` later yields nothing usable. A session token is a compact HS256 JWT (made and
+//! checked by `jsonwebtoken`, which refuses any other algorithm, `none` included) whose subject
 //! is the binding's SPIFFE ID (`spiffe://<trust-domain>/neocloud/binding/<uid>`), signed with a
 //! key derived from the node's runner identity ([`super::credential::RunnerKeys`]), which every
 //! replica shares: a session outlives a restart or a leader change, until the key is rotated.
@@ -15,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use parking_lot::Mutex;
 use rand::RngCore;
-use ring::hmac;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -201,12 +203,7 @@ pub fn fingerprint(token: &str) -> String {
     hex::encode(&sha256(token)[..6])
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct Header {
-    alg: String,
-    typ: String,
-}
-
+/// A session token's claims.
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
     sub: String,
@@ -226,9 +223,10 @@ pub struct IssuedSession {
     pub spiffe_id: String,
 }
 
-/// Issues and verifies session tokens with an HMAC-SHA256 key.
+/// Issues and verifies session tokens (HS256 JWTs, by `jsonwebtoken`) with an HMAC key.
 pub struct SessionSigner {
-    key: hmac::Key,
+    encoding: EncodingKey,
+    decoding: DecodingKey,
     trust_domain: String,
     ttl: Duration,
 }
@@ -254,7 +252,8 @@ impl SessionSigner {
     pub fn with_key(key: &[u8], trust_domain: &str, ttl: Duration) -> Result<Self, TokenError> {
         check_name("trust domain", trust_domain)?;
         Ok(Self {
-            key: hmac::Key::new(hmac::HMAC_SHA256, key),
+            encoding: EncodingKey::from_secret(key),
+            decoding: DecodingKey::from_secret(key),
             trust_domain: trust_domain.to_string(),
             ttl,
         })
@@ -279,14 +278,11 @@ impl SessionSigner {
             exp: now + self.ttl.as_secs() as i64,
             jti: hex::encode(jti),
         };
-        let header = Header {
-            alg: "HS256".into(),
-            typ: "JWT".into(),
-        };
-        let input = format!("{}.{}", encode_json(&header), encode_json(&claims));
-        let tag = hmac::sign(&self.key, input.as_bytes());
+        // HS256 over plain string and integer claims cannot fail.
+        let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .unwrap_or_default();
         IssuedSession {
-            token: Secret::new(format!("{input}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))),
+            token: Secret::new(token),
             expires_at: claims.exp,
             spiffe_id: claims.sub,
         }
@@ -298,23 +294,14 @@ impl SessionSigner {
     }
 
     fn verify_at(&self, token: &str, now: i64) -> Result<String, TokenError> {
-        let mut parts = token.split('.');
-        let (Some(header), Some(claims), Some(sig), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(TokenError::MalformedSession);
-        };
-        let sig = URL_SAFE_NO_PAD
-            .decode(sig)
-            .map_err(|_| TokenError::MalformedSession)?;
-        let input_len = header.len() + 1 + claims.len();
-        hmac::verify(&self.key, &token.as_bytes()[..input_len], &sig)
-            .map_err(|_| TokenError::BadSignature)?;
-        let header: Header = decode_json(header)?;
-        if header.alg != "HS256" {
-            return Err(TokenError::MalformedSession);
-        }
-        let claims: Claims = decode_json(claims)?;
+        // `jsonwebtoken` checks `exp` against the system clock; `now` (for tests) is checked
+        // here, as is `iat`, which it does not check.
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.validate_exp = false;
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation)
+            .map_err(|e| refusal(e.kind()))?
+            .claims;
         let skew = CLOCK_SKEW.as_secs() as i64;
         if claims.exp + skew < now {
             return Err(TokenError::SessionExpired);
@@ -337,16 +324,16 @@ impl SessionSigner {
     }
 }
 
-fn encode_json(value: &impl Serialize) -> String {
-    // Serializing these plain structs cannot fail.
-    URL_SAFE_NO_PAD.encode(serde_json::to_vec(value).unwrap_or_default())
-}
-
-fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, TokenError> {
-    let bytes = URL_SAFE_NO_PAD
-        .decode(part)
-        .map_err(|_| TokenError::MalformedSession)?;
-    serde_json::from_slice(&bytes).map_err(|_| TokenError::MalformedSession)
+/// Why `jsonwebtoken` refused a token, as a [`TokenError`]: a wrong signature is
+/// [`BadSignature`](TokenError::BadSignature), anything else unreadable or of another algorithm
+/// (`none` included) [`MalformedSession`](TokenError::MalformedSession).
+fn refusal(kind: &ErrorKind) -> TokenError {
+    match kind {
+        ErrorKind::InvalidSignature => TokenError::BadSignature,
+        ErrorKind::ExpiredSignature => TokenError::SessionExpired,
+        ErrorKind::ImmatureSignature => TokenError::SessionNotYetValid,
+        _ => TokenError::MalformedSession,
+    }
 }
 
 #[cfg(test)]

@@ -113,8 +113,7 @@ fn session_names_the_binding_spiffe_id_and_verifies() {
         format!("spiffe://cluster.local/neocloud/binding/{UID}")
     );
     assert_eq!(signer.verify(session.token.expose()), Ok(UID.to_string()));
-    let claims: Claims = decode_json(session.token.expose().split('.').nth(1).expect("claims"))
-        .expect("claims json");
+    let claims: Claims = decode_part(session.token.expose().split('.').nth(1).expect("claims"));
     assert_eq!(claims.exp - claims.iat, 15 * 60);
     assert_eq!(claims.jti.len(), 32);
 }
@@ -200,18 +199,51 @@ fn malformed_sessions_are_refused() {
 #[test]
 fn unsigned_alg_none_session_is_refused() {
     let signer = signer();
-    let header = encode_json(&Header {
-        alg: "none".into(),
-        typ: "JWT".into(),
-    });
+    let header = encode_json(&serde_json::json!({"alg": "none", "typ": "JWT"}));
     let claims = encode_json(&Claims {
         sub: signer.spiffe_id(UID),
         iat: unix_now(),
         exp: unix_now() + 900,
         jti: "x".into(),
     });
-    let token = format!("{header}.{claims}.");
-    assert_eq!(signer.verify(&token), Err(TokenError::BadSignature));
+    for token in [format!("{header}.{claims}."), format!("{header}.{claims}")] {
+        let refused = signer.verify(&token).expect_err("alg none");
+        assert_eq!(refused, TokenError::MalformedSession, "{token}");
+    }
+}
+
+#[test]
+fn a_session_signed_with_another_hmac_algorithm_under_the_same_key_is_refused() {
+    let key = [7u8; 32];
+    let signer = SessionSigner::with_key(&key, "cluster.local", DEFAULT_SESSION_TTL).unwrap();
+    let claims = Claims {
+        sub: signer.spiffe_id(UID),
+        iat: unix_now(),
+        exp: unix_now() + 900,
+        jti: "x".into(),
+    };
+    let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS512);
+    let other = jsonwebtoken::encode(&header, &claims, &EncodingKey::from_secret(&key)).unwrap();
+    assert_eq!(signer.verify(&other), Err(TokenError::MalformedSession));
+}
+
+#[test]
+fn a_session_without_an_expiry_is_refused() {
+    let key = [7u8; 32];
+    let signer = SessionSigner::with_key(&key, "cluster.local", DEFAULT_SESSION_TTL).unwrap();
+    let claims = serde_json::json!({"sub": signer.spiffe_id(UID), "iat": unix_now(), "jti": "x"});
+    let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    let token = jsonwebtoken::encode(&header, &claims, &EncodingKey::from_secret(&key)).unwrap();
+    assert_eq!(signer.verify(&token), Err(TokenError::MalformedSession));
+}
+
+/// A token part: base64url JSON.
+fn encode_json(value: &impl serde::Serialize) -> String {
+    URL_SAFE_NO_PAD.encode(serde_json::to_vec(value).unwrap())
+}
+
+fn decode_part<T: serde::de::DeserializeOwned>(part: &str) -> T {
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(part).unwrap()).unwrap()
 }
 
 #[test]
