@@ -26,12 +26,18 @@ use neocloud_policy::wasm::{EngineConfig, WasmEngine, sha256_hex};
 use neocloud_testenv::TestContext;
 use serde_json::json;
 
-fn guest(name: &str) -> PathBuf {
+/// Where the guests are built: the registry's `policies.wasmDir`.
+fn guests() -> PathBuf {
     let dir = std::env::var_os("NEOCLOUD_POLICIES_DIR").map_or_else(
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../policies/build"),
         PathBuf::from,
     );
-    let path = dir.join(format!("{name}.wasm"));
+    dir.canonicalize()
+        .unwrap_or_else(|e| panic!("{}: {e}: run `make policies`", dir.display()))
+}
+
+fn guest(name: &str) -> PathBuf {
+    let path = guests().join(format!("{name}.wasm"));
     assert!(
         path.exists(),
         "{} is missing: run `make policies`",
@@ -50,6 +56,7 @@ async fn start(test: &str) -> (TestContext, Arc<PolicyRegistry>) {
         ctx.client.clone(),
         Arc::new(CelEngine::new(CelLimits::default())),
         WasmEngine::new(EngineConfig::default()).unwrap(),
+        guests(),
         Arc::new(Metrics::new()),
     );
     tokio::spawn(Arc::clone(&registry).run());
@@ -298,6 +305,7 @@ async fn a_wasm_policy_that_fails_to_load_is_named_by_its_burst_policy_name() {
         json!({"wasm": {"path": guest("hostile-wrong-world")}}),
     )
     .await;
+    let outside = create(&ctx, "outside", json!({"wasm": {"path": "/etc/hostname"}})).await;
     let missing_cm = json!({"namespace": ctx.namespace, "name": "absent", "key": "policy.wasm"});
     let absent = create(
         &ctx,
@@ -315,6 +323,15 @@ async fn a_wasm_policy_that_fails_to_load_is_named_by_its_burst_policy_name() {
         "{message}"
     );
     assert!(message.contains("exports none"), "{message}");
+
+    let s = status_of(&ctx, &outside).await;
+    assert!(!s.loaded, "{s:?}");
+    assert_eq!(s.errors[0].field, "spec.wasm.path");
+    let expected = format!(
+        "\"/etc/hostname\" is outside policies.wasmDir {}",
+        guests().display()
+    );
+    assert!(s.errors[0].message.contains(&expected), "{s:?}");
 
     let s = status_of(&ctx, &absent).await;
     assert!(!s.loaded, "{s:?}");

@@ -4,6 +4,7 @@
 //!
 //! Not for writing status (see [`super::status`]) or deciding anything with the policy.
 
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -58,6 +59,7 @@ pub(crate) async fn load(
     client: &kube::Client,
     cel: &Arc<CelEngine>,
     wasm: &WasmEngine,
+    wasm_dir: &Path,
     bp: &BurstPolicy,
 ) -> Result<LoadedPolicy, Vec<PolicyError>> {
     let spec = &bp.spec;
@@ -67,7 +69,7 @@ pub(crate) async fn load(
             blocking(move || load_cel(&cel, &rules)).await?
         }
         (None, Some(source)) => {
-            let source = wasm_source(client, source).await?;
+            let source = wasm_source(client, wasm_dir, source).await?;
             let (engine, settings) = (wasm.clone(), settings(bp));
             blocking(move || load_wasm(&engine, &source, settings)).await?
         }
@@ -186,13 +188,14 @@ fn source_field(s: &WasmSource) -> &'static str {
 /// along as the source's first element.
 async fn wasm_source(
     client: &kube::Client,
+    wasm_dir: &Path,
     s: &WasmSource,
 ) -> Result<(&'static str, PolicySource), Vec<PolicyError>> {
     let field = source_field(s);
     let sha256 = s.sha256.clone();
     let source = match (&s.path, &s.config_map, &s.url) {
         (Some(path), None, None) => PolicySource::File {
-            path: path.into(),
+            path: confined(wasm_dir, path).map_err(|m| vec![error(field, m)])?,
             sha256,
         },
         (None, Some(cm), None) => PolicySource::Bytes {
@@ -212,6 +215,36 @@ async fn wasm_source(
         }
     };
     Ok((field, source))
+}
+
+/// `path` as a file inside `dir` (a relative one is taken inside it), with symlinks resolved.
+/// A path that names anything outside `dir`, lexically or through a symlink, is refused before
+/// anything outside is looked at, with one message whether or not it exists.
+pub(crate) fn confined(dir: &Path, path: &str) -> Result<PathBuf, String> {
+    let outside = || {
+        format!(
+            "{path:?} is outside policies.wasmDir {}: a policy file is read only from there \
+             (a file in the node's image or a volume mounted there)",
+            dir.display()
+        )
+    };
+    let wanted = dir.join(path);
+    let climbs = Path::new(path)
+        .components()
+        .any(|c| matches!(c, Component::ParentDir));
+    if climbs || !wanted.starts_with(dir) {
+        return Err(outside());
+    }
+    let root = dir
+        .canonicalize()
+        .map_err(|e| format!("policies.wasmDir {} cannot be read: {e}", dir.display()))?;
+    let real = wanted
+        .canonicalize()
+        .map_err(|e| format!("{path:?} in policies.wasmDir cannot be read: {e}"))?;
+    if !real.starts_with(&root) {
+        return Err(outside());
+    }
+    Ok(real)
 }
 
 /// The bytes under `key` in the ConfigMap's `binaryData`, else its `data` as UTF-8 text.
@@ -254,4 +287,53 @@ fn load_wasm(
         format!("sha256:{}", policy.info().digest),
         Body::Wasm(policy),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_path_is_read_only_inside_the_wasm_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("a.wasm"), b"\0asm").unwrap();
+        std::fs::create_dir(root.join("team")).unwrap();
+        std::fs::write(root.join("team/b.wasm"), b"\0asm").unwrap();
+        std::os::unix::fs::symlink(root.join("team/b.wasm"), root.join("inside")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", root.join("escape")).unwrap();
+        let real = root.canonicalize().unwrap();
+
+        assert_eq!(confined(root, "a.wasm").unwrap(), real.join("a.wasm"));
+        let absolute = root.join("team/b.wasm");
+        assert_eq!(
+            confined(root, absolute.to_str().unwrap()).unwrap(),
+            real.join("team/b.wasm")
+        );
+        assert_eq!(confined(root, "inside").unwrap(), real.join("team/b.wasm"));
+
+        for path in [
+            "/etc/passwd",
+            "/dev/zero",
+            "../a.wasm",
+            "team/../../x",
+            "escape",
+        ] {
+            let refused = confined(root, path).expect_err(path);
+            assert!(
+                refused.contains(&format!("{path:?} is outside policies.wasmDir")),
+                "{path}: {refused}"
+            );
+        }
+        let missing = confined(root, "missing.wasm").expect_err("missing");
+        assert!(
+            missing.contains("\"missing.wasm\" in policies.wasmDir cannot be read"),
+            "{missing}"
+        );
+        let nowhere = confined(Path::new("/nonexistent-neocloud"), "a.wasm").unwrap_err();
+        assert!(
+            nowhere.starts_with("policies.wasmDir /nonexistent-neocloud cannot be read"),
+            "{nowhere}"
+        );
+    }
 }

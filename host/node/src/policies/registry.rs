@@ -2,6 +2,7 @@
 //! into planners for one Pod at a time.
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
@@ -100,6 +101,8 @@ pub struct PolicyRegistry {
     client: kube::Client,
     cel: Arc<CelEngine>,
     wasm: WasmEngine,
+    /// The directory `spec.wasm.path` files must be in.
+    wasm_dir: PathBuf,
     metrics: Arc<Metrics>,
     entries: RwLock<HashMap<String, Entry>>,
 }
@@ -119,12 +122,14 @@ impl PolicyRegistry {
         client: kube::Client,
         cel: Arc<CelEngine>,
         wasm: WasmEngine,
+        wasm_dir: PathBuf,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         Arc::new(Self {
             client,
             cel,
             wasm,
+            wasm_dir,
             metrics,
             entries: RwLock::default(),
         })
@@ -192,7 +197,7 @@ impl PolicyRegistry {
 
     async fn load(&self, bp: &BurstPolicy, span: tracing::Span) -> Entry {
         let (uid, generation) = (bp.metadata.uid.clone(), bp.metadata.generation);
-        let loaded = load::load(&self.client, &self.cel, &self.wasm, bp)
+        let loaded = load::load(&self.client, &self.cel, &self.wasm, &self.wasm_dir, bp)
             .instrument(span.clone())
             .await;
         let _entered = span.enter();

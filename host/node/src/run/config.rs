@@ -2,7 +2,7 @@
 //! budget, sweeper, leader election and reconciler timing. Unknown fields are refused by name;
 //! every default is written here.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -53,6 +53,34 @@ pub struct RunConfig {
     /// The kubelet API (`kubectl logs`) on `node.kubeletPort`.
     #[serde(default)]
     pub kubelet_api: super::kubelet_api::KubeletApiSettings,
+    /// Where BurstPolicies may read Wasm components from.
+    #[serde(default)]
+    pub policies: PolicySettings,
+}
+
+/// The `policies:` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PolicySettings {
+    /// The one directory a `spec.wasm.path` may name a file in (after symlinks and `..` are
+    /// resolved); a relative `path` is taken inside it. An absolute path.
+    #[serde(default = "default_wasm_dir")]
+    pub wasm_dir: PathBuf,
+}
+
+impl Default for PolicySettings {
+    fn default() -> Self {
+        PolicySettings {
+            wasm_dir: default_wasm_dir(),
+        }
+    }
+}
+
+/// Where the image and the Helm chart put policy files.
+pub const DEFAULT_WASM_DIR: &str = "/etc/neocloud-node/policies";
+
+fn default_wasm_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_WASM_DIR)
 }
 
 /// Leader election over a Lease.
@@ -187,6 +215,12 @@ impl RunConfig {
             runner.check()?;
         }
         self.kubelet_api.check()?;
+        if !self.policies.wasm_dir.is_absolute() {
+            bail!(
+                "policies.wasmDir: {:?} is not an absolute path",
+                self.policies.wasm_dir
+            );
+        }
         self.metrics_address
             .parse::<std::net::SocketAddr>()
             .with_context(|| {
@@ -295,6 +329,10 @@ mod tests {
             (
                 "clusterId: p\nnode: {name: n}\nleaderElection: {leaseDurationSeconds: 5}\n",
                 "leaderElection.renewGraceSeconds: 5",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\npolicies: {wasmDir: policies}\n",
+                "policies.wasmDir: \"policies\" is not an absolute path",
             ),
         ];
         for (yaml, want) in cases {

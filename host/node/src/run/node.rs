@@ -161,6 +161,7 @@ fn reconciler(
         s.client.clone(),
         Arc::clone(&cel),
         wasm,
+        cfg.policies.wasm_dir.clone(),
         Arc::clone(&s.metrics),
     );
     s.tasks.spawn("policies", Arc::clone(&registry).run());

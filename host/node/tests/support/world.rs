@@ -133,6 +133,7 @@ impl World {
             self.client.clone(),
             Arc::clone(&cel),
             WasmEngine::new(EngineConfig::default()).unwrap(),
+            policies_dir(),
             Arc::clone(&self.metrics),
         );
         let policies = tokio::spawn(Arc::clone(&registry).run());
@@ -253,4 +254,10 @@ pub fn reason(p: &Pod) -> Option<&str> {
 
 pub fn running(p: &Pod) -> bool {
     phase(p) == Some("Running")
+}
+
+/// The guest policies' build directory (`make policies`): the registry's `policies.wasmDir`.
+pub fn policies_dir() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/build");
+    dir.canonicalize().unwrap_or(dir)
 }
