@@ -22,6 +22,9 @@ use neocloud_providers::Operation;
 use neocloud_testenv::TestContext;
 use serde_json::Value;
 
+mod support;
+use support::can_i;
+
 /// The node's metrics as Prometheus stores them: counters with `_total`, histograms as their base.
 const METRICS: &[&str] = &[
     "neocloud_burn_rate_usd_per_hour",
@@ -150,19 +153,28 @@ fn kubectl(ctx: &TestContext, args: &[&str], stdin: Option<&str>) -> String {
     )
 }
 
-/// Asserts that `parts` of the object at `path` (`/`-separated) match in both renderings.
+/// Asserts that `parts` of the object at `path` (`/`-separated) match in both renderings, for
+/// every object of `kind` (paired by name and namespace).
 fn assert_same(kustomize: &[Value], chart: &[Value], kind: &str, path: &str, parts: &[&str]) {
-    let at = |objects: &[Value]| {
-        let object = find(objects, kind);
-        object.pointer(path).unwrap_or(object).clone()
-    };
-    let (k, c) = (at(kustomize), at(chart));
-    for part in parts {
-        assert_eq!(
-            k[part], c[part],
-            "{kind} {path}/{part} differs from config/default"
-        );
+    let at = |object: &Value| object.pointer(path).unwrap_or(object).clone();
+    let mut compared = 0;
+    for ours in kustomize.iter().filter(|o| o["kind"] == kind) {
+        let theirs = chart
+            .iter()
+            .find(|o| identity(o) == identity(ours))
+            .unwrap_or_else(|| panic!("the chart renders no {:?}", identity(ours)));
+        let (k, c) = (at(ours), at(theirs));
+        for part in parts {
+            assert_eq!(
+                k[part],
+                c[part],
+                "{:?} {path}/{part} differs from the kustomize install",
+                identity(ours)
+            );
+        }
+        compared += 1;
     }
+    assert!(compared > 0, "no {kind} rendered");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -210,6 +222,70 @@ async fn the_chart_defaults_render_what_config_default_installs() {
         cfg.cluster_id, None,
         "the default install derives its clusterId"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_with_watch_namespaces_renders_what_config_namespaced_installs() {
+    let ctx = TestContext::new("helm-ns-parity").await;
+    let kustomize = documents(&kubectl(&ctx, &["kustomize", "config/namespaced"], None));
+    let chart = documents(&render(&["watchNamespaces={gpu-jobs}"]));
+    // The overlay creates its example namespace; the chart expects it to exist.
+    let ours: BTreeSet<_> = kustomize
+        .iter()
+        .map(identity)
+        .filter(|(kind, name, _)| !(kind == "Namespace" && name == "gpu-jobs"))
+        .collect();
+    let theirs: BTreeSet<_> = chart.iter().map(identity).collect();
+    assert_eq!(ours, theirs, "objects (kind, name, namespace) differ");
+    let (k, c) = (&kustomize, &chart);
+    assert_same(k, c, "ClusterRole", "", &["rules"]);
+    assert_same(k, c, "ClusterRoleBinding", "", &["roleRef", "subjects"]);
+    assert_same(k, c, "RoleBinding", "", &["roleRef", "subjects"]);
+    let config = |o: &[Value]| serde_yaml::from_str::<Value>(node_config(o)).unwrap();
+    assert_eq!(config(k), config(c), "the node's configuration differs");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_with_watch_namespaces_grants_secrets_only_there() {
+    let ctx = TestContext::new("helm-ns-rbac").await;
+    let ns = ctx.namespace.clone();
+    // Its own names, so no other install in this control plane grants the same account.
+    let name = format!("ncn-{ns}");
+    let rendered = render(&[
+        &format!("fullname={name}"),
+        &format!("watchNamespaces={{{ns}}}"),
+        "createNamespace=false",
+    ]);
+    let rbac: Vec<&str> = rendered
+        .split("\n---")
+        .filter(|d| {
+            d.contains("\nkind: ServiceAccount\n") || d.contains("rbac.authorization.k8s.io/v1")
+        })
+        .collect();
+    let apply = ["apply", "--server-side", "--force-conflicts", "-f", "-"];
+    let namespace = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: aibrix-system\n";
+    kubectl(&ctx, &apply, Some(namespace));
+    kubectl(&ctx, &apply, Some(&rbac.join("\n---\n")));
+    let sa = format!("system:serviceaccount:aibrix-system:{name}");
+    let can = |args: &[&str]| can_i(&ctx, &sa, args);
+    let allowed: [&[&str]; 4] = [
+        &["get", "secrets", "-n", &ns],
+        &["get", "configmaps", "-n", &ns],
+        &["create", "secrets", "-n", "aibrix-system"],
+        &["watch", "pods", "-A"],
+    ];
+    for args in allowed {
+        assert!(can(args), "the chart should allow {args:?}");
+    }
+    let refused: [&[&str]; 4] = [
+        &["get", "secrets", "-n", "default"],
+        &["get", "configmaps", "-n", "kube-system"],
+        &["get", "secrets", "-A"],
+        &["list", "secrets", "-n", &ns],
+    ];
+    for args in refused {
+        assert!(!can(args), "the chart allows {args:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -12,6 +12,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use neocloud_testenv::TestContext;
 
+mod support;
+use support::can_i;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -190,26 +193,27 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
     let ctx = TestContext::new("install-rbac").await;
     kubectl(&ctx, &["apply", "-k", "config/rbac"]);
     let sa = "system:serviceaccount:aibrix-system:aibrix-neocloud-node";
-    let can = |args: &[&str]| {
-        let out = ctx
-            .control_plane
-            .kubectl()
-            .args(["auth", "can-i", "--as", sa])
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim() == "yes"
-    };
+    let can = |args: &[&str]| can_i(&ctx, sa, args);
     let allowed: &[&[&str]] = &[
         &["watch", "pods", "-A"],
         &["patch", "pods", "--subresource=status", "-A"],
         &["delete", "pods", "-A"],
         &["create", "nodes"],
+        &["update", "nodes"],
         &["patch", "nodes", "--subresource=status"],
         &["get", "secrets", "-n", "default"],
+        &["get", "configmaps", "-n", "default"],
         &["create", "events", "-n", "default"],
-        &["update", "leases", "-n", "kube-node-lease"],
+        &["patch", "leases", "-n", "kube-node-lease"],
+        &["create", "leases", "-n", "aibrix-system"],
         &["create", "cloudpodbindings.cloud.aibrix.ai", "-A"],
+        &["patch", "cloudpodbindings.cloud.aibrix.ai", "-A"],
+        &[
+            "update",
+            "cloudpodbindings.cloud.aibrix.ai",
+            "--subresource=status",
+            "-A",
+        ],
         &["create", "tokenreviews.authentication.k8s.io"],
         &["create", "subjectaccessreviews.authorization.k8s.io"],
         &["get", "namespaces/kube-system"],
@@ -243,6 +247,26 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
         &["create", "secrets", "-n", "default"],
         &["update", "secrets", "-n", "default"],
         &["delete", "secrets", "-n", "aibrix-system"],
+        // Rules the review dropped: nothing the node does lists Nodes or Leases, writes a
+        // status with anything but one verb, or replaces a binding whole.
+        &["list", "nodes"],
+        &["watch", "nodes"],
+        &["list", "leases", "-A"],
+        &["update", "leases", "-n", "kube-node-lease"],
+        &["update", "pods", "--subresource=status", "-A"],
+        &["get", "pods", "--subresource=status", "-A"],
+        &["update", "cloudpodbindings.cloud.aibrix.ai", "-A"],
+        &[
+            "patch",
+            "cloudpodbindings.cloud.aibrix.ai",
+            "--subresource=status",
+            "-A",
+        ],
+        &[
+            "update",
+            "burstpolicies.cloud.aibrix.ai",
+            "--subresource=status",
+        ],
     ];
     for args in refused {
         assert!(

@@ -257,6 +257,49 @@ async fn an_unsupported_pod_is_refused_by_field_and_nothing_is_rented() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_pod_outside_the_watched_namespaces_waits_unrented_until_its_namespace_is_served() {
+    let mut world = World::new("rec-watch").await;
+    world.kill().await;
+    world.watch_namespaces = Some(vec!["gpu-jobs".into(), "research".into()]);
+    world.start();
+    let pod = world.create_pod("elsewhere", json!({})).await;
+    let pod = world
+        .wait_pod(&pod.name_any(), "refused", |p| {
+            reason(p) == Some("NamespaceNotWatched")
+        })
+        .await;
+    let message = pod.status.unwrap().message.unwrap();
+    let expected = format!(
+        "namespace {:?} is not one the node serves (watchNamespaces: gpu-jobs, research)",
+        world.ctx.namespace
+    );
+    assert_eq!(message, expected);
+    assert!(
+        world
+            .bindings()
+            .get_opt("elsewhere")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(world.sims.ledger().entries.is_empty());
+    let events = world.events("elsewhere").await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, note)| reason == "NamespaceNotWatched"
+                && note.ends_with("; nothing was rented")),
+        "{events:?}"
+    );
+
+    world.kill().await;
+    world.watch_namespaces = Some(vec![world.ctx.namespace.clone()]);
+    world.start();
+    world.wait_pod("elsewhere", "Running", running).await;
+    assert_eq!(world.sims.ledger().live().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_force_deleted_pod_has_its_instance_released_and_its_binding_removed() {
     let world = World::new("rec-force").await;
     world

@@ -36,6 +36,9 @@ the node derives it. */}}
 {{- with .Values.sweeper -}}
 {{- $_ := set $c "sweeper" . -}}
 {{- end -}}
+{{- with .Values.watchNamespaces -}}
+{{- $_ := set $c "watchNamespaces" . -}}
+{{- end -}}
 {{- $c = mergeOverwrite $c (deepCopy .Values.extraConfig) -}}
 {{- toYaml $c -}}
 {{- end -}}

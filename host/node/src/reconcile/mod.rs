@@ -82,6 +82,8 @@ pub struct ReconcilerConfig {
     /// The VM runner for providers that rent bare VMs; without it their instances count as
     /// running when the VM is.
     pub runners: Option<Arc<Runners>>,
+    /// The namespaces whose Pods are served; `None`: every one.
+    pub watch_namespaces: Option<Vec<String>>,
 }
 
 impl ReconcilerConfig {
@@ -97,6 +99,7 @@ impl ReconcilerConfig {
             retry_interval: Duration::from_secs(30),
             release_poll: Duration::from_secs(2),
             runners: None,
+            watch_namespaces: None,
         }
     }
 }

@@ -136,19 +136,14 @@ impl Reconciler {
         pod: &Pod,
         bindings: &Api<CloudPodBinding>,
     ) -> Result<Option<CloudPodBinding>, Error> {
+        if let Some(why) = self.unwatched(pod) {
+            self.refuse(pod, "NamespaceNotWatched", why).await?;
+            return Ok(None);
+        }
         let w = match self.workload(pod) {
             Ok((w, _)) => w,
             Err(why) => {
-                let want = DesiredPod::pending("Unsupported", why.clone());
-                if self.set_pod(pod, &want).await? {
-                    self.event(
-                        pod,
-                        true,
-                        "Unsupported",
-                        format!("{why}; nothing was rented"),
-                    )
-                    .await;
-                }
+                self.refuse(pod, "Unsupported", why).await?;
                 return Ok(None);
             }
         };
@@ -185,6 +180,28 @@ impl Reconciler {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Why the Pod's namespace is not served, if it is not (`watchNamespaces`).
+    fn unwatched(&self, pod: &Pod) -> Option<String> {
+        let watched = self.cfg.watch_namespaces.as_ref()?;
+        let ns = pod.namespace().unwrap_or_default();
+        (!watched.contains(&ns)).then(|| {
+            format!(
+                "namespace {ns:?} is not one the node serves (watchNamespaces: {})",
+                watched.join(", ")
+            )
+        })
+    }
+
+    /// Leaves the Pod Pending with `reason` (status and, once, an event); nothing is rented.
+    async fn refuse(&self, pod: &Pod, reason: &'static str, why: String) -> Result<(), Error> {
+        let want = DesiredPod::pending(reason, why.clone());
+        if self.set_pod(pod, &want).await? {
+            self.event(pod, true, reason, format!("{why}; nothing was rented"))
+                .await;
+        }
+        Ok(())
     }
 
     /// Moves a live Pod with a binding one step on.

@@ -56,6 +56,11 @@ pub struct RunConfig {
     /// Where BurstPolicies may read Wasm components from.
     #[serde(default)]
     pub policies: PolicySettings,
+    /// The namespaces whose Pods the node serves; unset: every namespace. A Pod elsewhere that
+    /// is scheduled onto the node stays Pending with reason `NamespaceNotWatched`, and the node
+    /// needs to read Secrets and ConfigMaps only in these (see the README's RBAC section).
+    #[serde(default)]
+    pub watch_namespaces: Option<Vec<String>>,
 }
 
 /// The `policies:` section.
@@ -74,6 +79,29 @@ impl Default for PolicySettings {
             wasm_dir: default_wasm_dir(),
         }
     }
+}
+
+/// `watchNamespaces`: at least one, each a namespace name (a DNS-1123 label).
+fn check_namespaces(namespaces: &[String]) -> anyhow::Result<()> {
+    if namespaces.is_empty() {
+        bail!(
+            "watchNamespaces: [] names no namespace; list at least one, or leave it unset to serve every namespace"
+        );
+    }
+    for ns in namespaces {
+        let label = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+        let ok = !ns.is_empty()
+            && ns.len() <= 63
+            && ns.chars().all(label)
+            && !ns.starts_with('-')
+            && !ns.ends_with('-');
+        if !ok {
+            bail!(
+                "watchNamespaces: {ns:?} is not a namespace name (1-63 of [a-z0-9-], starting and ending alphanumeric)"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Where the image and the Helm chart put policy files.
@@ -215,6 +243,9 @@ impl RunConfig {
             runner.check()?;
         }
         self.kubelet_api.check()?;
+        if let Some(namespaces) = &self.watch_namespaces {
+            check_namespaces(namespaces)?;
+        }
         if !self.policies.wasm_dir.is_absolute() {
             bail!(
                 "policies.wasmDir: {:?} is not an absolute path",
@@ -329,6 +360,14 @@ mod tests {
             (
                 "clusterId: p\nnode: {name: n}\nleaderElection: {leaseDurationSeconds: 5}\n",
                 "leaderElection.renewGraceSeconds: 5",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nwatchNamespaces: []\n",
+                "watchNamespaces: [] names no namespace",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nwatchNamespaces: [team-a, Team_B]\n",
+                "watchNamespaces: \"Team_B\" is not a namespace name",
             ),
             (
                 "clusterId: p\nnode: {name: n}\npolicies: {wasmDir: policies}\n",

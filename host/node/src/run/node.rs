@@ -154,6 +154,7 @@ fn reconciler(
     rc.running_poll_interval = cfg.running_poll_interval();
     rc.retry_interval = cfg.retry_interval();
     rc.runners = runners;
+    rc.watch_namespaces = cfg.watch_namespaces.clone();
     let cel = Arc::new(CelEngine::new(CelLimits::default()));
     let wasm = WasmEngine::new(EngineConfig::default())
         .map_err(|e| anyhow::anyhow!("failed to start the Wasm policy engine: {e}"))?;

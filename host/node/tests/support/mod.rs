@@ -70,18 +70,39 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A client for a user bound to the project's ClusterRole, applied from config/rbac/role.yaml.
+/// A client for a user bound to the project's ClusterRoles as the default install binds them:
+/// config/rbac/role.yaml and the Secrets and ConfigMaps of config/rbac/env_role.yaml.
 pub async fn node_identity(ctx: &TestContext) -> kube::Client {
-    let role: ClusterRole =
-        serde_yaml::from_str(include_str!("../../../../config/rbac/role.yaml")).unwrap();
-    let pp = PatchParams::apply("neocloud-node-tests").force();
-    Api::<ClusterRole>::all(ctx.client.clone())
-        .patch("aibrix-neocloud-node", &pp, &Patch::Apply(&role))
-        .await
-        .unwrap();
     let user = format!("neocloud-node-{}", ctx.namespace);
-    bind(ctx, &user, "aibrix-neocloud-node", "User", &user).await;
+    let roles = [
+        include_str!("../../../../config/rbac/role.yaml"),
+        include_str!("../../../../config/rbac/env_role.yaml"),
+    ];
+    let pp = PatchParams::apply("neocloud-node-tests").force();
+    for (i, text) in roles.iter().enumerate() {
+        // The first document of each file is its ClusterRole.
+        let first = serde_yaml::Deserializer::from_str(text).next().unwrap();
+        let role: ClusterRole = serde::Deserialize::deserialize(first).unwrap();
+        let name = role.metadata.name.clone().unwrap();
+        Api::<ClusterRole>::all(ctx.client.clone())
+            .patch(&name, &pp, &Patch::Apply(&role))
+            .await
+            .unwrap();
+        bind(ctx, &format!("{user}-{i}"), &name, "User", &user).await;
+    }
     ctx.control_plane.client_as(&user, &[]).await.unwrap()
+}
+
+/// Whether `who` may do what `kubectl auth can-i ARGS` asks.
+pub fn can_i(ctx: &TestContext, who: &str, args: &[&str]) -> bool {
+    let out = ctx
+        .control_plane
+        .kubectl()
+        .args(["auth", "can-i", "--as", who])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "yes"
 }
 
 /// Binds ClusterRole `role` to a `kind` subject (`User`, or `ServiceAccount` in the test's

@@ -45,6 +45,8 @@ pub struct World {
     pub cap: Option<f64>,
     /// How long a Pod with no offer or over the budget waits before planning again.
     pub retry_interval: Duration,
+    /// The namespaces each (re)started reconciler serves; `None`: every one.
+    pub watch_namespaces: Option<Vec<String>>,
 }
 
 pub fn providers(sims: &CloudSim) -> Vec<Arc<dyn Provider>> {
@@ -109,6 +111,7 @@ impl World {
             _health: tx,
             cap: None,
             retry_interval: Duration::from_secs(1),
+            watch_namespaces: None,
         };
         world.start();
         world
@@ -121,6 +124,7 @@ impl World {
         cfg.running_poll_interval = Duration::from_millis(300);
         cfg.retry_interval = self.retry_interval;
         cfg.release_poll = Duration::from_millis(200);
+        cfg.watch_namespaces = self.watch_namespaces.clone();
         let renter = Renter {
             budget: BudgetGuard::new(self.cap),
             ledger: Arc::new(CostLedger::new()),
