@@ -130,3 +130,27 @@ fn missing_command_is_an_error() {
     let err = start(ExecutorKind::Process, &Workload::default(), "host", &tx).expect_err("none");
     assert!(matches!(err, RunnerError::NoCommand));
 }
+
+#[tokio::test]
+async fn the_workload_never_sees_the_runner_s_bootstrap_token_or_credential() {
+    // Set on the workload itself, the strongest case: env_remove applies to inherited and
+    // explicit variables alike, so the runner's own values cannot reach the process either.
+    let w = Workload {
+        command: vec!["sh".into(), "-c".into()],
+        args: vec![format!(
+            "echo \"${{{BOOTSTRAP_TOKEN_ENV}:-none}} ${{{CREDENTIAL_ENV}:-none}} $KEPT\""
+        )],
+        env: vec![
+            EnvVar::new(BOOTSTRAP_TOKEN_ENV, "bootstrap-secret"),
+            EnvVar::new(CREDENTIAL_ENV, "ncr1:k:uid:mac"),
+            EnvVar::new("KEPT", "kept"),
+        ],
+        ..Workload::default()
+    };
+    let (tx, mut rx) = mpsc::channel(4);
+    let mut started = start(ExecutorKind::Process, &w, "host", &tx).expect("start");
+    drop(tx);
+    started.child.wait().await.expect("wait");
+    let line = rx.recv().await.expect("a line").line;
+    assert_eq!(line, "none none kept");
+}
