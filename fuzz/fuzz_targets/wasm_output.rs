@@ -23,10 +23,10 @@ fuzz_target!(|data: &[u8]| {
     let [role, offers, rest @ ..] = data else {
         return;
     };
-    let offers = usize::from(*offers);
+    let count = usize::from(*offers);
     match role % 5 {
-        0 => scores(&f64s(rest), offers),
-        1 => order(&u32s(rest), offers),
+        0 => scores(&f64s(rest), count),
+        1 => order(&u32s(rest), count),
         2 => fallback(rest),
         3 => pricing(rest),
         _ => guest_error(rest, *offers),
