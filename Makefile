@@ -3,10 +3,12 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 IMAGE ?= ghcr.io/aibrix/neocloud-node
+FUZZ_SECONDS ?= 600
+FUZZ_SMOKE_SECONDS ?= 20
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: help verify fmt fmt-check clippy test test-unit test-integration testenv bench \
-        policies manifests run-local docker-build
+        policies manifests run-local docker-build fuzz fuzz-smoke
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -38,6 +40,12 @@ testenv: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
 
 bench: ## criterion benchmarks (figures go to docs/BENCHMARKS.md)
 	$(CARGO) bench --workspace
+
+fuzz: ## run every fuzz target FUZZ_SECONDS (600) each, one after another (nightly; docs/FUZZING.md)
+	bash fuzz/run.sh run $(FUZZ_SECONDS)
+
+fuzz-smoke: ## replay the fuzz seeds and crash regressions, then fuzz each target FUZZ_SMOKE_SECONDS (CI)
+	bash fuzz/run.sh smoke $(FUZZ_SMOKE_SECONDS)
 
 policies: ## build the guest policies (C, JavaScript, hostile test guests) from source into policies/build/
 	bash policies/build.sh

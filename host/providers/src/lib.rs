@@ -5,6 +5,9 @@
 mod adapter;
 mod common;
 pub mod fake;
+/// Response decoding of every cloud in one call, public only for the fuzz targets in `fuzz/`.
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 pub mod lambda;
 pub mod provider;

@@ -176,9 +176,16 @@ fn parse_and_check(kind: ExprKind, src: &str, limits: &CelLimits) -> Result<Pars
 fn parse_error(kind: ExprKind, src: &str, errors: &ParseErrors) -> CelError {
     let first = errors.errors.first();
     let (line, column) = first.map_or((1, 1), |e| e.pos);
+    let line = usize::try_from(line).unwrap_or(1).max(1);
+    // The parser puts an error at the end of the input one column past it; keep it on the line.
+    let width = src
+        .split('\n')
+        .nth(line - 1)
+        .map_or(0, |l| l.chars().count());
+    let column = usize::try_from(column).unwrap_or(0).min(width) + 1;
     let at = Position {
-        line: u32::try_from(line.max(1)).unwrap_or(1),
-        column: u32::try_from(column.max(0) + 1).unwrap_or(1),
+        line: u32::try_from(line).unwrap_or(u32::MAX),
+        column: u32::try_from(column).unwrap_or(u32::MAX),
     };
     let message = first.map_or_else(|| "unknown error".to_owned(), |e| e.msg.clone());
     CelError::Parse {
@@ -238,5 +245,31 @@ fn typed_name(t: &Typed) -> &'static str {
         Typed::Path(Path::Gpu) => "gpu",
         Typed::Path(Path::Annotations) => "map(string, string)",
         Typed::Path(Path::Attempts) => "list(attempt)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_position(src: &str) -> Position {
+        match CelEngine::new(CelLimits::default()).compile_constraint(src) {
+            Err(CelError::Parse { at, .. }) => at,
+            other => panic!("{src:?} should fail to parse, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_parse_error_at_the_end_of_the_input_points_inside_the_source() {
+        // Found by the cel_load fuzz target: the empty source was refused at 1:2.
+        assert_eq!(parse_position(""), Position { line: 1, column: 1 });
+        assert_eq!(
+            parse_position("offer.gpu_count <"),
+            Position {
+                line: 1,
+                column: 18
+            }
+        );
+        assert_eq!(parse_position("true &&\n"), Position { line: 2, column: 1 });
     }
 }

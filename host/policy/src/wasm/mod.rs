@@ -38,7 +38,9 @@ mod link;
 mod policy;
 mod source;
 mod ticker;
-mod validate;
+/// The checks of a guest's answer, public only for the fuzz targets in `fuzz/`.
+#[doc(hidden)]
+pub mod validate;
 mod verdict;
 
 pub use config::{

@@ -8,7 +8,9 @@ use super::bindings::{FallbackAction, PlacementDecision, PolicyError, PriceDecis
 use super::config::output_limits::{MAX_ERROR_MESSAGE_BYTES, MAX_REASON_BYTES};
 use super::host::truncate_utf8;
 
-pub(crate) fn placement(decision: &PlacementDecision, offers: usize) -> Result<(), String> {
+/// A placement answer for `offers` offers: scores aligned and finite, or an order of unique
+/// in-range indices.
+pub fn placement(decision: &PlacementDecision, offers: usize) -> Result<(), String> {
     match decision {
         PlacementDecision::Scores(scores) => {
             if scores.len() != offers {
@@ -39,7 +41,8 @@ fn check_order(order: &[u32], offers: usize) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn fallback(action: &FallbackAction) -> Result<(), String> {
+/// A fallback action: a give-up reason within its bound.
+pub fn fallback(action: &FallbackAction) -> Result<(), String> {
     match action {
         FallbackAction::GiveUp(reason) => check_reason("give-up reason", reason),
         FallbackAction::RetrySame(_)
@@ -49,7 +52,8 @@ pub(crate) fn fallback(action: &FallbackAction) -> Result<(), String> {
     }
 }
 
-pub(crate) fn pricing(decision: &PriceDecision) -> Result<(), String> {
+/// A pricing answer: finite, non-negative prices and a reject reason within its bound.
+pub fn pricing(decision: &PriceDecision) -> Result<(), String> {
     match decision {
         PriceDecision::Accept(bid) => {
             check_price("max-price-per-hour", bid.max_price_per_hour)?;
@@ -81,7 +85,7 @@ fn check_reason(what: &str, reason: &str) -> Result<(), String> {
 }
 
 /// The guest's error with its message cut to [`MAX_ERROR_MESSAGE_BYTES`].
-pub(crate) fn guest_error(mut error: PolicyError) -> PolicyError {
+pub fn guest_error(mut error: PolicyError) -> PolicyError {
     let keep = truncate_utf8(&error.message, MAX_ERROR_MESSAGE_BYTES).len();
     error.message.truncate(keep);
     error

@@ -12,6 +12,7 @@ mod adapter;
 mod config;
 mod convert;
 mod errors;
+pub(crate) mod fuzzing;
 mod wire;
 
 #[cfg(test)]

@@ -32,7 +32,9 @@
 //! reconciler knows that and hands it over through the [`PodLookup`].
 
 mod auth;
-mod request;
+/// The parsing of a log request, public only for the fuzz targets in `fuzz/`.
+#[doc(hidden)]
+pub mod request;
 mod server;
 mod source;
 mod x509;

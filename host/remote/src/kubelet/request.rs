@@ -45,7 +45,7 @@ pub enum RequestError {
 }
 
 /// The Pod and container of a `/containerLogs/{namespace}/{pod}/{container}` path.
-pub(crate) fn parse_path(path: &str) -> Result<(PodRef, String), RequestError> {
+pub fn parse_path(path: &str) -> Result<(PodRef, String), RequestError> {
     let not_found = || RequestError::NotFound(path.to_owned());
     let rest = path.strip_prefix(CONTAINER_LOGS).ok_or_else(not_found)?;
     let parts: Vec<&str> = rest.split('/').collect();
@@ -69,7 +69,7 @@ pub(crate) fn parse_path(path: &str) -> Result<(PodRef, String), RequestError> {
 
 /// The log options of a query, given as decoded `(name, value)` pairs; of a repeated parameter
 /// the first value counts. `now` anchors `sinceTime`.
-pub(crate) fn parse_query(
+pub fn parse_query(
     pairs: &[(String, String)],
     now: DateTime<Utc>,
 ) -> Result<LogOptions, RequestError> {
