@@ -38,10 +38,10 @@ pub(crate) fn decode(http: &Http, reply: &Reply, query: &OfferQuery, out: &mut D
             }
         }
     }
-    if let Ok(rented) = serde_json::from_str::<GqlResponse<Rented>>(body) {
-        if !rented.errors.is_empty() {
-            out.errors.push(gql_error(http, call, &rented.errors));
-        }
+    if let Ok(rented) = serde_json::from_str::<GqlResponse<Rented>>(body)
+        && !rented.errors.is_empty()
+    {
+        out.errors.push(gql_error(http, call, &rented.errors));
     }
     out.errors.push(rest_error(http, call, reply));
 }
