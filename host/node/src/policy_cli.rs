@@ -41,16 +41,29 @@ pub enum PolicyCommand {
         #[arg(long, value_enum)]
         role: Vec<RoleArg>,
     },
-    /// Run one decision (placement, else pricing of each offer) and print it with its timing.
+    /// Run one decision and print it with its timing: with `--attempts` the fallback decision,
+    /// else placement of `--offers`, else pricing of each offer.
     Eval {
         /// The workload, as JSON (see `WorkloadJson`).
         #[arg(long)]
         workload: PathBuf,
         /// The candidate offers, as a JSON array (see `OfferJson`).
+        #[arg(long, required_unless_present = "attempts")]
+        offers: Option<PathBuf>,
+        /// The failed attempts for a fallback decision, as JSON: `{"attempts": [...],
+        /// "remaining_offers": N, "elapsed_ms": N}` (see `FallbackJson`).
         #[arg(long)]
-        offers: PathBuf,
+        attempts: Option<PathBuf>,
         /// The component (.wasm).
         file: PathBuf,
+    },
+    /// Run a policy against fixtures (a YAML file of cases with their expected decisions) and
+    /// print a pass/fail table; exits non-zero when a case fails.
+    Test {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// The fixtures (see `policies/*/fixtures.yaml` and docs in `policy_test`).
+        fixtures: PathBuf,
     },
     /// Run placement decisions over synthetic offers and print decisions/s, p50 and p99.
     Bench {
@@ -87,9 +100,20 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<String> {
         PolicyCommand::Check { file, role } => check(&file, &role)?,
         PolicyCommand::Eval {
             workload,
-            offers,
+            attempts: Some(attempts),
+            file,
+            ..
+        } => eval_fallback(&file, &workload, &attempts)?,
+        PolicyCommand::Eval {
+            workload,
+            offers: Some(offers),
+            attempts: None,
             file,
         } => eval(&file, &workload, &offers)?,
+        PolicyCommand::Eval { .. } => bail!("policy eval needs --offers or --attempts"),
+        PolicyCommand::Test { file, fixtures } => {
+            return crate::policy_test::run(&file, &fixtures);
+        }
         PolicyCommand::Bench {
             file,
             offers,
@@ -100,7 +124,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<String> {
 }
 
 /// Everything a CLI-loaded policy may use: the log, and WASI that grants nothing.
-fn load(file: &Path) -> anyhow::Result<WasmPolicy> {
+pub(crate) fn load(file: &Path) -> anyhow::Result<WasmPolicy> {
     let engine = WasmEngine::new(EngineConfig::default())?;
     let mut settings = PolicySettings::named(file.display().to_string());
     settings.capabilities = Capabilities {
@@ -110,22 +134,28 @@ fn load(file: &Path) -> anyhow::Result<WasmPolicy> {
     Ok(engine.load(&PolicySource::file(file), settings)?)
 }
 
+/// Fails unless `policy` implements `role`.
+pub(crate) fn require(policy: &WasmPolicy, file: &Path, role: Role) -> anyhow::Result<()> {
+    let info = policy.info();
+    if info.roles.contains(&role) {
+        return Ok(());
+    }
+    let roles: Vec<String> = info.roles.iter().map(Role::to_string).collect();
+    bail!(
+        "policy {} does not implement the {role} role; it implements {} (world {})",
+        file.display(),
+        roles.join(", "),
+        info.world
+    )
+}
+
 fn check(file: &Path, wanted: &[RoleArg]) -> anyhow::Result<Value> {
     let policy = load(file)?;
+    for role in wanted {
+        require(&policy, file, Role::from(*role))?;
+    }
     let info = policy.info();
     let roles: Vec<String> = info.roles.iter().map(Role::to_string).collect();
-    if let Some(missing) = wanted
-        .iter()
-        .map(|r| Role::from(*r))
-        .find(|r| !info.roles.contains(r))
-    {
-        bail!(
-            "policy {} does not implement the {missing} role; it implements {} (world {})",
-            file.display(),
-            roles.join(", "),
-            info.world
-        );
-    }
     Ok(json!({
         "ok": true, "file": file, "world": info.world, "roles": roles,
         "exports": info.exports, "imports": info.imports,
@@ -142,16 +172,9 @@ fn eval(file: &Path, workload: &Path, offers: &Path) -> anyhow::Result<Value> {
         return Ok(outcome(&policy.place(&input), placement_json));
     }
     if policy.info().roles.contains(&Role::Pricing) {
-        let results = input.offers.iter().zip(&offers).map(|(offer, raw)| {
-            let evaluation = policy.price(&PricingInput {
-                workload: input.workload.clone(),
-                offer: *offer,
-                region: raw.region.clone(),
-                on_demand_reference: None,
-            });
-            outcome(&evaluation, price_json)
-        });
-        return Ok(json!({ "pricing": results.collect::<Vec<_>>() }));
+        let results = price_each(&policy, &input, &offers);
+        let shown: Vec<Value> = results.iter().map(|e| outcome(e, price_json)).collect();
+        return Ok(json!({ "pricing": shown }));
     }
     bail!(
         "policy {} exports neither placement nor pricing; eval needs one",
@@ -159,7 +182,34 @@ fn eval(file: &Path, workload: &Path, offers: &Path) -> anyhow::Result<Value> {
     )
 }
 
-fn outcome<T>(evaluation: &Evaluation<T>, show: fn(&T) -> Value) -> Value {
+/// Each offer of `input` priced by `policy`, in order (`offers` gives their region names).
+pub(crate) fn price_each(
+    policy: &WasmPolicy,
+    input: &PlacementInput,
+    offers: &[OfferJson],
+) -> Vec<Evaluation<PriceDecision>> {
+    let priced = input.offers.iter().zip(offers).map(|(offer, raw)| {
+        policy.price(&PricingInput {
+            workload: input.workload.clone(),
+            offer: *offer,
+            region: raw.region.clone(),
+            on_demand_reference: None,
+        })
+    });
+    priced.collect()
+}
+
+fn eval_fallback(file: &Path, workload: &Path, attempts: &Path) -> anyhow::Result<Value> {
+    let input = crate::policy_test::fallback_input(&read_json(workload)?, &read_json(attempts)?)?;
+    let policy = load(file)?;
+    require(&policy, file, Role::Fallback)?;
+    Ok(outcome(
+        &policy.next(&input),
+        crate::policy_test::action_json,
+    ))
+}
+
+pub(crate) fn outcome<T>(evaluation: &Evaluation<T>, show: fn(&T) -> Value) -> Value {
     let micros = evaluation.elapsed.as_secs_f64() * 1e6;
     let log: Vec<&str> = evaluation
         .log
@@ -179,14 +229,14 @@ fn outcome<T>(evaluation: &Evaluation<T>, show: fn(&T) -> Value) -> Value {
     }
 }
 
-fn placement_json(decision: &PlacementDecision) -> Value {
+pub(crate) fn placement_json(decision: &PlacementDecision) -> Value {
     match decision {
         PlacementDecision::Scores(scores) => json!({ "scores": scores }),
         PlacementDecision::Order(order) => json!({ "order": order }),
     }
 }
 
-fn price_json(decision: &PriceDecision) -> Value {
+pub(crate) fn price_json(decision: &PriceDecision) -> Value {
     match decision {
         PriceDecision::Accept(bid) => json!({ "accept": {
             "max_price_per_hour": bid.max_price_per_hour,
@@ -235,7 +285,7 @@ fn synthetic_offer(i: usize) -> OfferJson {
     }
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
+pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("failed to read {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("failed to parse {}", path.display()))
@@ -244,7 +294,7 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
 /// The workload file of `policy eval`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-struct WorkloadJson {
+pub(crate) struct WorkloadJson {
     gpu_count: u32,
     /// e.g. `["H100", "A100-80GB"]`; empty means any.
     gpu_models: Vec<String>,
@@ -273,7 +323,7 @@ impl Default for WorkloadJson {
 /// One element of the offers file of `policy eval`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct OfferJson {
+pub(crate) struct OfferJson {
     /// `runpod`, `lambda`, `vast`, `kube`, `fake`; anything else is `other`.
     provider: String,
     gpu_model: String,
@@ -298,7 +348,10 @@ fn yes() -> bool {
     true
 }
 
-fn placement_input(w: &WorkloadJson, offers: &[OfferJson]) -> anyhow::Result<PlacementInput> {
+pub(crate) fn placement_input(
+    w: &WorkloadJson,
+    offers: &[OfferJson],
+) -> anyhow::Result<PlacementInput> {
     let mut regions = RegionTable::default();
     let offers = offers
         .iter()

@@ -1,0 +1,141 @@
+//! `neocloud-node policy test` and `policy eval --attempts` through the real binary: every sample
+//! policy passes the fixtures it ships (`policies/*/fixtures.yaml`), a case whose decision differs
+//! fails the command with the case, the expectation and the decision, and a malformed fixture is
+//! refused naming the field.
+//!
+//! Needs the guests built by `make policies`.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn guest(name: &str) -> PathBuf {
+    let path = repo().join(format!("policies/build/{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run `make policies`",
+        path.display()
+    );
+    path
+}
+
+fn node(args: &[&str], paths: &[&Path]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
+        .arg("policy")
+        .args(args)
+        .args(paths)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run neocloud-node")
+}
+
+fn text(out: &Output) -> (String, String) {
+    let o = String::from_utf8_lossy(&out.stdout).into_owned();
+    let e = String::from_utf8_lossy(&out.stderr).into_owned();
+    (o, e)
+}
+
+#[test]
+fn every_sample_policy_passes_the_fixtures_it_ships() {
+    let cases = [
+        ("fallback-js", "fallback-js", 10),
+        ("placement-c", "placement-c", 4),
+        // The JavaScript placement guest implements the C one's rules: the same fixtures.
+        ("placement-js", "placement-c", 4),
+        ("pricing-c", "pricing-c", 2),
+    ];
+    for (guest_name, fixtures, count) in cases {
+        let fixtures = repo().join(format!("policies/{fixtures}/fixtures.yaml"));
+        let out = node(&["test"], &[&guest(guest_name), &fixtures]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{guest_name}: {stderr}");
+        assert_eq!(stdout.matches("PASS  ").count(), count, "{stdout}");
+        assert!(
+            stdout.ends_with(&format!("{count} passed, 0 failed\n")),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn a_case_whose_decision_differs_fails_the_command_showing_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = dir.path().join("wrong.yaml");
+    let yaml = "tests:\n\
+        - name: right\n  fallback: {attempts: [{provider: vast, failure: auth}]}\n  expect: {skip-provider: vast}\n\
+        - name: wrong on purpose\n  fallback: {attempts: [{provider: vast, failure: auth}]}\n  expect: next-offer\n\
+        - name: wrong role\n  offers: []\n  expect: {order: []}\n";
+    std::fs::write(&fixtures, yaml).unwrap();
+    let out = node(&["test"], &[&guest("fallback-js"), &fixtures]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    for part in [
+        "PASS  right",
+        "FAIL  wrong on purpose",
+        "expected \"next-offer\"",
+        "got      {\"decision\":{\"skip-provider\":\"vast\"}}",
+        "FAIL  wrong role",
+        "does not implement the placement role",
+        "1 passed, 2 failed",
+    ] {
+        assert!(stderr.contains(part), "{part}:\n{stderr}");
+    }
+}
+
+#[test]
+fn a_malformed_fixture_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "tests:\n- name: x\n  fallback: {attempts: [{provider: vast, failure: on-fire}]}\n  expect: next-offer\n",
+            "tests[0].fallback.attempts[0].failure: unknown variant `on-fire`",
+        ),
+        (
+            "tests:\n- name: x\n  offers: []\n  expect: {first: 1}\n",
+            "tests[0].expect: unknown variant `first`",
+        ),
+        ("tests: []\n", "tests: [] has no case"),
+    ];
+    for (i, (yaml, want)) in cases.into_iter().enumerate() {
+        let fixtures = dir.path().join(format!("bad-{i}.yaml"));
+        std::fs::write(&fixtures, yaml).unwrap();
+        let out = node(&["test"], &[&guest("fallback-js"), &fixtures]);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains(want), "{want}:\n{stderr}");
+    }
+}
+
+#[test]
+fn eval_with_attempts_prints_the_fallback_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("workload.json");
+    let attempts = dir.path().join("attempts.json");
+    std::fs::write(&workload, "{}").unwrap();
+    let body = r#"{"attempts": [{"provider": "lambda", "offer_id": "gpu_1x_h100",
+        "failure": "rate-limited"}, {"provider": "lambda", "offer_id": "gpu_1x_h100",
+        "failure": "rate-limited"}], "remaining_offers": 1}"#;
+    std::fs::write(&attempts, body).unwrap();
+    let (w, a) = (workload.to_str().unwrap(), attempts.to_str().unwrap());
+    let out = node(
+        &["eval", "--workload", w, "--attempts", a],
+        &[&guest("fallback-js")],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["decision"], serde_json::json!({"retry-same": 2000}));
+    let out = node(
+        &["eval", "--workload", w, "--attempts", a],
+        &[&guest("pricing-c")],
+    );
+    let (_, stderr) = text(&out);
+    assert!(
+        stderr.contains("does not implement the fallback role"),
+        "{stderr}"
+    );
+}
