@@ -47,7 +47,7 @@ fuzz: ## run every fuzz target FUZZ_SECONDS (600) each, one after another (night
 fuzz-smoke: ## replay the fuzz seeds and crash regressions, then fuzz each target FUZZ_SMOKE_SECONDS (CI)
 	bash fuzz/run.sh smoke $(FUZZ_SMOKE_SECONDS)
 
-policies: ## build the guest policies (C, JavaScript, hostile test guests) from source into policies/build/
+policies: ## build the guest policies (C, JavaScript, Python, hostile test guests) from source into policies/build/
 	bash policies/build.sh
 
 manifests: testenv ## regenerate config/crd from the Rust types and deploy/neocloud-node.yaml from config/default

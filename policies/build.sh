@@ -6,6 +6,7 @@
 #   fallback-js.wasm           JavaScript fallback policy (componentize-js, no WASI imports)
 #   placement-js.wasm          JavaScript placement policy (same rules as placement-c, for benchmarks)
 #   fallback-js-wasi.wasm      JavaScript fallback that imports WASI 0.2 (stdio, clocks, random)
+#   fallback-py.wasm           Python fallback policy (componentize-py; same rules as fallback-js)
 #   hostile-loop.wasm          hostile guests, all in the placement world: an infinite loop,
 #   hostile-memory-bomb.wasm   a memory bomb, unbounded recursion, an immediate trap,
 #   hostile-recursion.wasm     and a giant answer
@@ -29,7 +30,8 @@ log() { echo "policies: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 eval "$("${repo}/hack/tools/install-guest-toolchain.sh" | grep -E '^[A-Z_]+=')"
-[[ -n "${WASM_TOOLS:-}" && -n "${WIT_BINDGEN:-}" && -n "${COMPONENTIZE_JS_DIR:-}" ]] \
+[[ -n "${WASM_TOOLS:-}" && -n "${WIT_BINDGEN:-}" && -n "${COMPONENTIZE_JS_DIR:-}" \
+    && -n "${COMPONENTIZE_PY:-}" ]] \
     || die "the toolchain script did not report its tools"
 
 work="$(mktemp -d)"
@@ -60,12 +62,22 @@ build_js() {
     "${WASM_TOOLS}" validate "${out}/${name}.wasm" || die "${name}.wasm does not validate"
 }
 
+# build_py NAME WORLD DIR: a Python guest (DIR/app.py) through componentize-py.
+build_py() {
+    local name="$1" world="$2" dir="$3"
+    log "building ${name} (Python, world ${world}; about 10 s)"
+    (cd "${dir}" && "${COMPONENTIZE_PY}" -d "${wit}" -w "${world}" componentize app \
+        -o "${out}/${name}.wasm" >/dev/null) || die "componentize-py failed for ${name}"
+    "${WASM_TOOLS}" validate "${out}/${name}.wasm" || die "${name}.wasm does not validate"
+}
+
 build_one() {
     case "$1" in
         placement-c) build_c "$1" "${wit}" placement-policy "${src}/placement-c/placement.c" ;;
         pricing-c) build_c "$1" "${wit}" pricing-policy "${src}/pricing-c/pricing.c" ;;
         fallback-js) build_js "$1" fallback-policy "${src}/fallback-js/fallback.js" ;;
         placement-js) build_js "$1" placement-policy "${src}/placement-js/placement.js" ;;
+        fallback-py) build_py "$1" fallback-policy "${src}/fallback-py" ;;
         fallback-js-wasi)
             KEEP_FEATURES=stdio,random,clocks \
                 build_js "$1" fallback-policy "${src}/wasi-js/fallback.js" ;;
@@ -81,7 +93,7 @@ build_one() {
     esac
 }
 
-all=(placement-c pricing-c fallback-js placement-js fallback-js-wasi hostile-loop hostile-memory-bomb hostile-recursion
+all=(placement-c pricing-c fallback-js placement-js fallback-js-wasi fallback-py hostile-loop hostile-memory-bomb hostile-recursion
      hostile-trap hostile-giant-output hostile-wrong-world)
 for name in "${@:-${all[@]}}"; do
     build_one "${name}"

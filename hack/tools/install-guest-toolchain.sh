@@ -4,23 +4,28 @@
 # run only checks what is already there. Fails loudly on the first thing it cannot install.
 #
 #   hack/tools/install-guest-toolchain.sh          # install (or reuse) and print tool paths
-#   eval "$(hack/tools/install-guest-toolchain.sh)"  # export WASM_TOOLS, WIT_BINDGEN, COMPONENTIZE_JS_DIR
+#   eval "$(hack/tools/install-guest-toolchain.sh)"  # export WASM_TOOLS, WIT_BINDGEN, COMPONENTIZE_JS_DIR,
+#                                                    # COMPONENTIZE_PY
 #
 # What it installs:
 #   - Debian packages clang, lld, wasi-libc, libclang-rt-dev-wasm32 (apt-get, only if missing)
 #   - wit-bindgen-cli (cargo install --locked) into the tools cache, keyed by version
 #   - wasm-tools, through hack/tools/install-wasm-tools.sh
 #   - @bytecodealliance/componentize-js (npm) into the tools cache, keyed by version
+#   - componentize-py (PyPI; its wheel carries the Python runtime) into a virtualenv in the tools
+#     cache, keyed by version
 #
 # Environment:
 #   WIT_BINDGEN_VERSION     default 0.63.0 (builds with Rust 1.95)
 #   COMPONENTIZE_JS_VERSION default 0.23.0
+#   COMPONENTIZE_PY_VERSION default 0.25.1
 #   NEOCLOUD_TOOLS_DIR      cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/neocloud-testenv/tools)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 wit_bindgen_version="${WIT_BINDGEN_VERSION:-0.63.0}"
 cjs_version="${COMPONENTIZE_JS_VERSION:-0.23.0}"
+cpy_version="${COMPONENTIZE_PY_VERSION:-0.25.1}"
 cache_root="${NEOCLOUD_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/neocloud-testenv/tools}"
 
 log() { echo "install-guest-toolchain: $*" >&2; }
@@ -77,12 +82,32 @@ install_componentize_js() {
     COMPONENTIZE_JS_DIR="${root}"
 }
 
+install_componentize_py() {
+    local root="${cache_root}/componentize-py-${cpy_version}"
+    local bin="${root}/bin/componentize-py"
+    if [[ -x "${bin}" ]] && "${bin}" --version 2>/dev/null | grep -q " ${cpy_version}$"; then
+        log "componentize-py ${cpy_version} already installed at ${bin}"
+    else
+        command -v python3 >/dev/null 2>&1 || die "python3 not found on PATH"
+        rm -rf "${root}"
+        log "installing componentize-py ${cpy_version} into ${root}"
+        python3 -m venv "${root}" >&2 || die "python3 -m venv failed (install python3-venv?)"
+        "${root}/bin/pip" install --quiet --disable-pip-version-check \
+            "componentize-py==${cpy_version}" >&2 \
+            || die "pip install of componentize-py ${cpy_version} failed"
+        [[ -x "${bin}" ]] || die "pip install finished but ${bin} is missing"
+    fi
+    COMPONENTIZE_PY="${bin}"
+}
+
 command -v cargo >/dev/null 2>&1 || die "cargo not found on PATH; install the Rust toolchain first"
 install_apt_packages
 install_wit_bindgen
 WASM_TOOLS="$("${here}/install-wasm-tools.sh" | tail -n1)" || die "installing wasm-tools failed"
 install_componentize_js
+install_componentize_py
 log "toolchain ready"
 echo "WASM_TOOLS=${WASM_TOOLS}"
 echo "WIT_BINDGEN=${WIT_BINDGEN}"
 echo "COMPONENTIZE_JS_DIR=${COMPONENTIZE_JS_DIR}"
+echo "COMPONENTIZE_PY=${COMPONENTIZE_PY}"

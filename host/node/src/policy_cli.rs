@@ -65,9 +65,10 @@ pub enum PolicyCommand {
         /// The fixtures (see `policies/*/fixtures.yaml` and docs in `policy_test`).
         fixtures: PathBuf,
     },
-    /// Run placement decisions over synthetic offers and print decisions/s, p50 and p99.
+    /// Run placement decisions over synthetic offers (a policy without placement: fallback
+    /// decisions after three failed attempts) and print decisions/s, p50 and p99.
     Bench {
-        /// The component (.wasm); it must export the placement role.
+        /// The component (.wasm); it must export the placement or the fallback role.
         file: PathBuf,
         #[arg(long, default_value_t = 1000)]
         offers: usize,
@@ -246,27 +247,60 @@ pub(crate) fn price_json(decision: &PriceDecision) -> Value {
     }
 }
 
+/// Placement decisions over `offers` synthetic offers; for a policy without placement, fallback
+/// decisions after three failed attempts.
 fn bench(file: &Path, offers: usize, iterations: usize) -> anyhow::Result<Value> {
     let policy = load(file)?;
+    if !policy.info().roles.contains(&Role::Placement) {
+        require(&policy, file, Role::Fallback)
+            .context("policy bench measures placement, else fallback")?;
+        let input = crate::policy_test::synthetic_fallback()?;
+        let run = || {
+            let e = policy.next(&input);
+            (e.elapsed, e.verdict.error().map(|e| e.to_string()))
+        };
+        return measure(
+            iterations,
+            json!({ "role": "fallback", "attempts": 3 }),
+            run,
+        );
+    }
     let synthetic: Vec<OfferJson> = (0..offers).map(synthetic_offer).collect();
     let input = placement_input(&WorkloadJson::default(), &synthetic)?;
+    let run = || {
+        let e = policy.place(&input);
+        (e.elapsed, e.verdict.error().map(|e| e.to_string()))
+    };
+    measure(
+        iterations,
+        json!({ "role": "placement", "offers": offers }),
+        run,
+    )
+}
+
+/// Runs `decide` `iterations` times and adds decisions/s, p50 and p99 to `about`.
+fn measure(
+    iterations: usize,
+    mut about: Value,
+    decide: impl Fn() -> (std::time::Duration, Option<String>),
+) -> anyhow::Result<Value> {
     let mut samples = Vec::with_capacity(iterations);
     let started = Instant::now();
     for _ in 0..iterations.max(1) {
-        let evaluation = policy.place(&input);
-        if let Some(error) = evaluation.verdict.error() {
+        let (elapsed, error) = decide();
+        if let Some(error) = error {
             bail!("decision failed: {error}");
         }
-        samples.push(evaluation.elapsed);
+        samples.push(elapsed);
     }
     let total = started.elapsed();
     samples.sort_unstable();
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    Ok(json!({
-        "offers": offers, "iterations": samples.len(),
-        "decisions_per_second": samples.len() as f64 / total.as_secs_f64(),
-        "p50_us": at(0.50).as_secs_f64() * 1e6, "p99_us": at(0.99).as_secs_f64() * 1e6,
-    }))
+    about["iterations"] = json!(samples.len());
+    about["decisions_per_second"] = json!(samples.len() as f64 / total.as_secs_f64());
+    about["p50_us"] = json!(at(0.50).as_secs_f64() * 1e6);
+    about["p99_us"] = json!(at(0.99).as_secs_f64() * 1e6);
+    Ok(about)
 }
 
 fn synthetic_offer(i: usize) -> OfferJson {

@@ -107,6 +107,31 @@ pub(crate) fn fallback_input(
     })
 }
 
+/// What `policy bench` asks a fallback policy: a Pod whose first two attempts found no capacity
+/// and whose third was rate limited, with offers left.
+pub(crate) fn synthetic_fallback() -> anyhow::Result<FallbackInput> {
+    let attempt = |provider: &str, offer_id: &str, failure| AttemptJson {
+        provider: provider.into(),
+        offer_id: offer_id.into(),
+        gpu_model: "H100".into(),
+        price_per_hour: 2.49,
+        region: "us-east-1".into(),
+        failure,
+        message: String::new(),
+        age_ms: 1000,
+    };
+    let f = FallbackJson {
+        attempts: vec![
+            attempt("runpod", "r1", FailureClass::Capacity),
+            attempt("vast", "v1", FailureClass::Capacity),
+            attempt("lambda", "gpu_1x_h100", FailureClass::RateLimited),
+        ],
+        remaining_offers: 5,
+        elapsed_ms: 4000,
+    };
+    fallback_input(&WorkloadJson::default(), &f)
+}
+
 /// A fallback action as `policy eval` prints it (and fixtures name it).
 pub(crate) fn action_json(action: &FallbackAction) -> Value {
     match action {

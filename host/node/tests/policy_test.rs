@@ -1,5 +1,6 @@
-//! `neocloud-node policy test` and `policy eval --attempts` through the real binary: every sample
-//! policy passes the fixtures it ships (`policies/*/fixtures.yaml`), a case whose decision differs
+//! `neocloud-node policy test`, `policy eval --attempts` and `policy bench` of a fallback policy
+//! through the real binary: every sample policy (C, JavaScript and Python) passes the fixtures it
+//! ships (`policies/*/fixtures.yaml`), a case whose decision differs
 //! fails the command with the case, the expectation and the decision, and a malformed fixture is
 //! refused naming the field.
 //!
@@ -46,6 +47,8 @@ fn every_sample_policy_passes_the_fixtures_it_ships() {
         // The JavaScript placement guest implements the C one's rules: the same fixtures.
         ("placement-js", "placement-c", 4),
         ("pricing-c", "pricing-c", 2),
+        // The Python fallback guest implements the JavaScript one's rules.
+        ("fallback-py", "fallback-js", 10),
     ];
     for (guest_name, fixtures, count) in cases {
         let fixtures = repo().join(format!("policies/{fixtures}/fixtures.yaml"));
@@ -108,6 +111,26 @@ fn a_malformed_fixture_is_refused_naming_the_field() {
         assert!(!out.status.success(), "{stderr}");
         assert!(stderr.contains(want), "{want}:\n{stderr}");
     }
+}
+
+#[test]
+fn bench_measures_a_fallback_policy_when_it_has_no_placement() {
+    let out = node(&["bench", "--iterations", "20"], &[&guest("fallback-py")]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["role"], "fallback");
+    assert_eq!(json["iterations"], 20);
+    assert!(
+        json["decisions_per_second"].as_f64().unwrap() > 0.0,
+        "{json}"
+    );
+    let out = node(&["bench", "--iterations", "1"], &[&guest("pricing-c")]);
+    let (_, stderr) = text(&out);
+    assert!(
+        stderr.contains("policy bench measures placement, else fallback"),
+        "{stderr}"
+    );
 }
 
 #[test]
