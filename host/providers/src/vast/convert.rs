@@ -169,7 +169,8 @@ fn gpu(name: &str, ram_mb: Option<f64>) -> GpuModel {
 /// An offer, if it is one the query wants.
 pub(crate) fn offer(o: &VastOffer, query: &OfferQuery, bid: bool) -> Option<Offer> {
     let model = gpu(&o.gpu_name, o.gpu_ram);
-    if !wants_gpu(query, &model) || !wants_count(query, o.num_gpus) {
+    // An ask without GPUs (`num_gpus` 0 or missing) is no GPU offer, whatever the query.
+    if o.num_gpus == 0 || !wants_gpu(query, &model) || !wants_count(query, o.num_gpus) {
         return None;
     }
     let capacity = match (bid, o.min_bid) {

@@ -91,6 +91,23 @@ fn a_bid_offer_is_spot_at_its_minimum_bid_and_memory_resolves_ambiguous_names() 
     assert!(convert::offer(&offer, &other, false).is_none());
 }
 
+/// Found by the `provider_responses` fuzz target (fuzz/regressions/provider_responses/).
+#[test]
+fn an_ask_without_gpus_is_no_offer_whatever_the_query() {
+    let query = OfferQuery {
+        gpu_models: vec![],
+        gpu_count: 0,
+        capacity: None,
+    };
+    for body in [
+        json!({"id": 1234567, "verified": true, "geolocation": "Texas, US", "machine_id": 4242}),
+        json!({"id": 7, "gpu_name": "RTX 4090", "num_gpus": 0, "dph_total": 0.3}),
+    ] {
+        let offer: VastOffer = serde_json::from_value(body.clone()).unwrap();
+        assert_eq!(convert::offer(&offer, &query, false), None, "{body}");
+    }
+}
+
 fn instance(json: serde_json::Value) -> VastInstance {
     serde_json::from_value(json).unwrap()
 }
