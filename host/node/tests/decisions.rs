@@ -128,10 +128,25 @@ async fn a_fallback_policy_s_skip_retry_and_wait_are_recorded_in_order_with_its_
         "spec": {"wasm": {"path": policy_build("fallback-js.wasm")}}
     }))
     .unwrap();
-    Api::<BurstPolicy>::all(world.ctx.client.clone())
+    let policies = Api::<BurstPolicy>::all(world.ctx.client.clone());
+    policies
         .create(&PostParams::default(), &policy)
         .await
         .unwrap();
+    // Every test's registry in this control plane compiles the 12 MB component; on a loaded
+    // machine that takes longer than a Pod's wait, so the Pod comes once it has loaded.
+    for _ in 0..1800 {
+        let loaded = policies
+            .get(&name)
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.loaded);
+        if loaded {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // RunPod answers its first create with a 503: the policy retries it after 2 s.
     world.sims.runpod.add_fault(FaultRule::next(
         "POST /v2/pods",

@@ -16,12 +16,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
-use neocloud_broker::{
-    DefaultFallback, Failure, FallbackContext, FallbackPolicy, PlanInput, Planner,
-};
-use neocloud_core::{
-    Attempt, AttemptOutcome, FailureClass, FallbackAction, Offer, ProviderId, WorkloadSpec,
-};
+use neocloud_broker::{DefaultFallback, FallbackPolicy, PlanInput, Planner};
+use neocloud_core::{Offer, ProviderId, WorkloadSpec};
 use neocloud_node::crd::{self, BurstPolicy, BurstPolicyStatus};
 use neocloud_node::metrics::Metrics;
 use neocloud_node::policies::{PolicyRegistry, PolicyUnavailable, Resolved};
@@ -298,49 +294,6 @@ async fn a_cel_type_error_is_a_load_error_with_field_position_and_hint() {
     assert!(e.message.contains("int and double"), "{e:?}");
     assert!(e.message.contains("double(offer.gpu.memory_gib)"), "{e:?}");
     assert!(s.conditions[0].message.contains("spec.cel.rank"), "{s:?}");
-}
-
-#[tokio::test]
-async fn a_python_fallback_policy_named_relative_to_the_wasm_dir_decides_the_ladder() {
-    let (ctx, registry) = start("pol-py").await;
-    let bp = create(
-        &ctx,
-        "python",
-        json!({"wasm": {"path": "fallback-py.wasm"}}),
-    )
-    .await;
-    let s = status_of(&ctx, &bp).await;
-    assert!(s.loaded, "{s:?}");
-    assert!(s.conditions[0].message.contains("fallback"), "{s:?}");
-    let r = resolved(&registry, &bp.name_any()).await;
-    let w = workload();
-    let refused = Attempt {
-        number: 1,
-        provider: ProviderId::Vast,
-        offer_id: "v1".into(),
-        price_per_hour: 1.5,
-        started_at: chrono::Utc::now(),
-        outcome: AttemptOutcome::Failed {
-            class: FailureClass::Auth,
-            code: None,
-            message: "bad key".into(),
-        },
-    };
-    let cx = FallbackContext {
-        workload: &w,
-        attempts: std::slice::from_ref(&refused),
-        failure: Failure {
-            class: FailureClass::Auth,
-            provider: ProviderId::Vast,
-            retry_after: None,
-        },
-        retries_of_offer: 0,
-    };
-    let action = r.fallback.next_action(&cx).expect("the guest decides");
-    let skip = FallbackAction::SkipProvider {
-        provider: ProviderId::Vast,
-    };
-    assert_eq!(action, skip);
 }
 
 #[tokio::test]
