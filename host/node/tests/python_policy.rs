@@ -15,7 +15,7 @@ use neocloud_broker::{DefaultFallback, Failure, FallbackContext, Planner};
 use neocloud_core::{Attempt, AttemptOutcome, FailureClass, FallbackAction, ProviderId};
 use neocloud_node::crd::{self, BurstPolicy, BurstPolicyStatus};
 use neocloud_node::metrics::Metrics;
-use neocloud_node::policies::PolicyRegistry;
+use neocloud_node::policies::{PolicyRegistry, PolicyUnavailable};
 use neocloud_policy::cel::{CelEngine, CelLimits};
 use neocloud_policy::wasm::{EngineConfig, WasmEngine};
 use neocloud_testenv::TestContext;
@@ -53,14 +53,23 @@ async fn a_python_fallback_policy_named_relative_to_the_wasm_dir_decides_the_lad
     let w = neocloud_fixtures::workload();
     let base: Arc<dyn neocloud_broker::FallbackPolicy> = Arc::new(DefaultFallback::default());
     let mut resolved = registry.resolve(&name, &Planner::default(), &base, &w);
+    let mut said_loading = false;
     for _ in 0..1200 {
-        if resolved.is_ok() {
-            break;
+        match &resolved {
+            Ok(_) => break,
+            // Compiling 18 MB takes seconds, which a waiting Pod is told.
+            Err(PolicyUnavailable::Loading { .. }) => said_loading = true,
+            Err(PolicyUnavailable::Missing { .. }) => {}
+            Err(other) => panic!("{other}"),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
         resolved = registry.resolve(&name, &Planner::default(), &base, &w);
     }
     let r = resolved.expect("the Python policy loads");
+    assert!(
+        said_loading,
+        "a Pod waiting meanwhile is told the policy is being loaded"
+    );
     assert!(r.digest.starts_with("sha256:"), "{}", r.digest);
     let refused = Attempt {
         number: 1,

@@ -35,13 +35,17 @@ pub struct Resolved {
     pub digest: String,
 }
 
-/// Why a Pod's policy cannot be used now. Both cases are transient: creating or fixing the
+/// Why a Pod's policy cannot be used now. Every case is transient: creating, fixing or loading the
 /// BurstPolicy makes it resolve.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyUnavailable {
     /// No BurstPolicy of that name has been seen.
     #[error("BurstPolicy {name} does not exist")]
     Missing { name: String },
+    /// The BurstPolicy exists and its first generation is being loaded (compiling a large
+    /// component takes seconds).
+    #[error("BurstPolicy {name} is being loaded")]
+    Loading { name: String },
     /// The current generation failed to load.
     #[error("BurstPolicy {name} failed to load: {error}")]
     NotLoaded { name: String, error: String },
@@ -57,6 +61,7 @@ impl PolicyUnavailable {
     pub fn label(&self) -> &'static str {
         match self {
             Self::Missing { .. } => "policy-missing",
+            Self::Loading { .. } => "policy-loading",
             Self::NotLoaded { .. } => "policy-not-loaded",
         }
     }
@@ -105,6 +110,8 @@ pub struct PolicyRegistry {
     wasm_dir: PathBuf,
     metrics: Arc<Metrics>,
     entries: RwLock<HashMap<String, Entry>>,
+    /// Policies seen and being loaded for the first time (not yet in `entries`).
+    loading: std::sync::Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for PolicyRegistry {
@@ -132,6 +139,7 @@ impl PolicyRegistry {
             wasm_dir,
             metrics,
             entries: RwLock::default(),
+            loading: std::sync::Mutex::default(),
         })
     }
 
@@ -181,8 +189,10 @@ impl PolicyRegistry {
             Some(entry) => entry,
             None => {
                 let span = tracing::info_span!("load_policy", policy = %name, generation = ?bp.metadata.generation);
+                self.loading(&name, true);
                 let entry = self.load(bp, span).await;
                 self.write().insert(name.clone(), entry.clone());
+                self.loading(&name, false);
                 entry
             }
         };
@@ -192,6 +202,16 @@ impl PolicyRegistry {
         };
         if let Err(error) = status::write(&self.client, bp, &desired).await {
             tracing::warn!(policy = %name, %error, "failed to write BurstPolicy status");
+        }
+    }
+
+    /// Marks `name` as being loaded (or no longer).
+    fn loading(&self, name: &str, now: bool) {
+        let mut loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        if now {
+            loading.insert(name.to_owned());
+        } else {
+            loading.remove(name);
         }
     }
 
@@ -241,8 +261,12 @@ impl PolicyRegistry {
     ) -> Result<Resolved, PolicyUnavailable> {
         let policy = match self.read().get(name) {
             None => {
-                return Err(PolicyUnavailable::Missing {
-                    name: name.to_owned(),
+                let name = name.to_owned();
+                let loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+                return Err(if loading.contains(&name) {
+                    PolicyUnavailable::Loading { name }
+                } else {
+                    PolicyUnavailable::Missing { name }
                 });
             }
             Some(Entry::Failed { errors, .. }) => {
