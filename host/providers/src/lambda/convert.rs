@@ -56,7 +56,9 @@ pub(crate) fn gpu_of(kind: &InstanceType) -> GpuModel {
 pub(crate) fn offers(entry: &TypeEntry, query: &OfferQuery) -> Vec<Offer> {
     let kind = &entry.instance_type;
     let gpu = gpu_of(kind);
-    if !wants_gpu(query, &gpu) || !wants_count(query, kind.specs.gpus) {
+    // A type without GPUs (`specs.gpus` 0 or missing, as for CPU types) is no GPU offer.
+    let gpus = kind.specs.gpus;
+    if gpus == 0 || !wants_gpu(query, &gpu) || !wants_count(query, gpus) {
         return Vec::new();
     }
     entry

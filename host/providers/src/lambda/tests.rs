@@ -36,6 +36,25 @@ fn only_regions_with_capacity_become_offers_priced_in_dollars() {
     assert!((all[0].price_per_hour - 0.75).abs() < 1e-9);
 }
 
+/// Found by the `provider_responses` fuzz target (fuzz/regressions/provider_responses/).
+#[test]
+fn a_type_without_gpus_is_no_offer_whatever_the_query() {
+    let types: InstanceTypes = serde_json::from_value(json!({
+        "cpu_4x_general": {"instance_type": {"name": "cpu_4x_general", "gpu_description": "",
+            "price_cents_per_hour": 20, "specs": {"vcpus": 4, "memory_gib": 16}},
+          "regions_with_capacity_available": [{"name": "us-east-1", "description": "Virginia"}]}
+    }))
+    .unwrap();
+    let query = OfferQuery {
+        gpu_models: vec![],
+        gpu_count: 0,
+        capacity: None,
+    };
+    for entry in types.values() {
+        assert!(convert::offers(entry, &query).is_empty(), "{entry:?}");
+    }
+}
+
 #[test]
 fn offer_ids_split_into_type_and_region() {
     assert_eq!(
