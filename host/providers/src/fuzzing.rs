@@ -14,7 +14,7 @@ use crate::http::{ApiKey, Http, HttpConfig, Reply};
 use crate::provider::ProviderError;
 
 /// The API key of the clients used here: no error message may contain it.
-pub const API_KEY: &str = "fuzz-secret-api-key-7f3a";
+pub const API_KEY: &str = "Fuzz-Secret-API-key-7F3a";
 
 /// What one body decoded to, by every decoder of one cloud.
 #[derive(Debug, Default)]

@@ -158,6 +158,20 @@ impl Http {
         self.key.expose()
     }
 
+    /// A classified, redacted error about `call` with the provider's own error code (redacted
+    /// too: a provider's code is text from its body).
+    pub fn coded_error(
+        &self,
+        call: Call<'_>,
+        class: FailureClass,
+        message: String,
+        code: impl Into<String>,
+    ) -> ProviderError {
+        self.error(call, class, message)
+            .with_code(code)
+            .redact(self.key())
+    }
+
     /// A classified, redacted error about `call`.
     pub fn error(&self, call: Call<'_>, class: FailureClass, message: String) -> ProviderError {
         let mut error = ProviderError::new(self.provider, call.op, class, message);

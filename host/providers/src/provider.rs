@@ -170,8 +170,8 @@ impl ProviderError {
     /// secret changes nothing.
     pub fn redact(mut self, secret: &str) -> Self {
         if !secret.is_empty() {
-            self.message = self.message.replace(secret, "[redacted]");
-            self.code = self.code.map(|c| c.replace(secret, "[redacted]"));
+            self.message = without(&self.message, secret);
+            self.code = self.code.map(|c| without(&c, secret));
         }
         self
     }
@@ -180,6 +180,25 @@ impl ProviderError {
     pub fn metric_label(&self) -> &'static str {
         self.class.label()
     }
+}
+
+/// `text` with every occurrence of `secret` replaced, whatever its ASCII case (adapters lower-case
+/// provider messages, and a body may echo the key in any case).
+fn without(text: &str, secret: &str) -> String {
+    let (haystack, needle) = (text.to_ascii_lowercase(), secret.to_ascii_lowercase());
+    let mut out = String::with_capacity(text.len());
+    let mut rest = 0;
+    // ASCII lower-casing keeps every byte offset, so matches in `haystack` are matches in `text`.
+    for (at, _) in haystack.match_indices(&needle) {
+        if at < rest {
+            continue;
+        }
+        out.push_str(&text[rest..at]);
+        out.push_str("[redacted]");
+        rest = at + needle.len();
+    }
+    out.push_str(&text[rest..]);
+    out
 }
 
 /// What to create: the workload, the chosen offer, the environment already resolved by the node,
@@ -296,6 +315,32 @@ mod scrub_tests {
         for (raw, want) in cases {
             assert_eq!(scrub(raw), want, "{raw}");
         }
+    }
+
+    /// Found by the `provider_responses` fuzz target: a Vast body that echoed the key in its
+    /// error code leaked it, because the code was set after the message was redacted.
+    #[test]
+    fn the_key_is_redacted_in_any_case_from_the_message_and_the_code() {
+        let key = "rpa_AbC123xyz";
+        let e = ProviderError::new(
+            ProviderId::Runpod,
+            Operation::Create,
+            FailureClass::Auth,
+            "key rpa_abc123xyz is invalid (RPA_ABC123XYZ)",
+        )
+        .with_code("bad_key_rpa_AbC123xyz")
+        .redact(key);
+        assert_eq!(e.message, "key [redacted] is invalid ([redacted])");
+        assert_eq!(e.code.as_deref(), Some("bad_key_[redacted]"));
+        assert!(
+            !format!("{e} {e:?}")
+                .to_lowercase()
+                .contains(&key.to_lowercase())
+        );
+        assert_eq!(
+            without("ünïcode rpa_abc123xyz!", key),
+            "ünïcode [redacted]!"
+        );
     }
 
     #[test]

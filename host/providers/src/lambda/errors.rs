@@ -48,7 +48,7 @@ pub(crate) fn error(http: &Http, call: Call<'_>, reply: &Reply) -> ProviderError
             if let Some(s) = e.suggestion {
                 message = format!("{message} ({})", s.trim_end_matches('.').to_lowercase());
             }
-            http.error(call, class, message).with_code(e.code)
+            http.coded_error(call, class, message, e.code)
         }
         None => http
             .error(

@@ -89,8 +89,7 @@ pub(crate) fn gql_error(http: &Http, call: Call<'_>, errors: &[GqlError]) -> Pro
         .and_then(|e| e.extensions.as_ref())
         .and_then(|x| x.code.clone())
         .unwrap_or_else(|| "graphql".to_owned());
-    http.error(call, gql_class(&message), message)
-        .with_code(code)
+    http.coded_error(call, gql_class(&message), message, code)
 }
 
 #[cfg(test)]

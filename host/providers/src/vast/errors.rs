@@ -73,9 +73,7 @@ pub(crate) fn error(http: &Http, call: Call<'_>, reply: &Reply) -> ProviderError
         .filter(|(head, _)| head.starts_with("error "))
         .map_or(text.as_str(), |(_, rest)| rest)
         .to_lowercase();
-    let mut error = http
-        .error(call, class(reply.status.as_u16(), &body), message)
-        .with_code(code);
+    let mut error = http.coded_error(call, class(reply.status.as_u16(), &body), message, code);
     if let Some(after) = reply.retry_after {
         error = error.with_retry_after(after);
     }
