@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
 use neocloud_policy::cel::{
-    CelAttempt, CelEngine, CelError, CelGpu, CelInput, CelLimits, CelOffer, CelWorkload, Position,
+    CelAttempt, CelEngine, CelError, CelGpu, CelInput, CelLimits, CelOffer, CelWorkload,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -50,7 +50,7 @@ fn refused(src: &str, e: &CelError) {
         !matches!(e, CelError::CompilerThread { .. }),
         "the compiler thread died on {src:?}: {e}"
     );
-    if let Some(at) = position(e) {
+    if let Some(at) = e.position() {
         let lines: Vec<&str> = src.split('\n').collect();
         let line = at.line as usize;
         assert!(line >= 1 && line <= lines.len(), "{e} is past the source");
@@ -59,18 +59,6 @@ fn refused(src: &str, e: &CelError) {
             at.column >= 1 && at.column as usize <= width + 1,
             "{e} is past its line of {width} characters"
         );
-    }
-}
-
-fn position(e: &CelError) -> Option<Position> {
-    match e {
-        CelError::TooDeeplyNested { at, .. }
-        | CelError::Parse { at, .. }
-        | CelError::UnknownIdentifier { at, .. }
-        | CelError::UnknownField { at, .. }
-        | CelError::WrongResultType { at, .. }
-        | CelError::TypeMismatch { at, .. } => Some(*at),
-        _ => None,
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, ResourceExt};
-use neocloud_policy::cel::{CelEngine, CelError, CompiledConstraint, CompiledRank, Position};
+use neocloud_policy::cel::{CelEngine, CelError, CompiledConstraint, CompiledRank};
 use neocloud_policy::wasm::{
     Capabilities, FailurePolicy as WasmFailure, Mode, PolicySettings, PolicySource, WasmEngine,
     WasmPolicy, sha256_hex,
@@ -137,15 +137,7 @@ fn load_cel(cel: &CelEngine, rules: &CelRules) -> Result<(String, Body), Vec<Pol
 
 /// A CEL compile error with its position, where the error has one.
 pub(crate) fn cel_error(field: &str, e: &CelError) -> PolicyError {
-    let at: Option<Position> = match e {
-        CelError::TooDeeplyNested { at, .. }
-        | CelError::Parse { at, .. }
-        | CelError::UnknownIdentifier { at, .. }
-        | CelError::UnknownField { at, .. }
-        | CelError::WrongResultType { at, .. }
-        | CelError::TypeMismatch { at, .. } => Some(*at),
-        _ => None,
-    };
+    let at = e.position();
     PolicyError {
         field: field.to_owned(),
         message: e.to_string(),

@@ -134,6 +134,23 @@ pub enum CelError {
     CompilerThread { kind: ExprKind, reason: String },
 }
 
+impl CelError {
+    /// Where in the source the error is, when it points somewhere.
+    pub fn position(&self) -> Option<Position> {
+        match self {
+            Self::TooDeeplyNested { at, .. }
+            | Self::Parse { at, .. }
+            | Self::UnknownIdentifier { at, .. }
+            | Self::UnknownField { at, .. }
+            | Self::WrongResultType { at, .. }
+            | Self::TypeMismatch { at, .. } => Some(*at),
+            Self::SourceTooLong { .. }
+            | Self::TooExpensive { .. }
+            | Self::CompilerThread { .. } => None,
+        }
+    }
+}
+
 /// What went wrong while evaluating, for metrics and for deciding whether to retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CelEvalErrorKind {
