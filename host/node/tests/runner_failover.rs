@@ -143,10 +143,10 @@ async fn a_running_runner_carries_on_with_the_next_leader_without_being_lost() {
     assert_eq!(code, 4, "{stderr}");
     let lines = handle.log_lines("uid-1").expect("lines");
     let last = lines.last().map(|l| l.line.clone());
-    assert_eq!(last.as_deref(), Some("tick 25"), "{lines:?}");
+    assert_eq!(last.as_deref(), Some("tick 25"), "{lines:?}\n{stderr}");
     assert!(
         lines.len() >= 5,
-        "lines after the change reach the new leader: {lines:?}"
+        "lines after the change reach the new leader: {lines:?}\n{stderr}"
     );
     let all = handle
         .read_logs("uid-1", LogOptions::default())

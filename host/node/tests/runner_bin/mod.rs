@@ -38,7 +38,8 @@ pub fn runner_binary() -> PathBuf {
     path
 }
 
-/// A file under `dir` modified after `than`, if any.
+/// A file under `dir` modified after `than`, if any; unit-test files (`*_tests.rs`) are not
+/// part of the binary and do not count.
 fn newer_file(dir: &Path, than: SystemTime) -> Option<PathBuf> {
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let path = entry.path();
@@ -46,10 +47,11 @@ fn newer_file(dir: &Path, than: SystemTime) -> Option<PathBuf> {
             if let Some(newer) = newer_file(&path, than) {
                 return Some(newer);
             }
-        } else if entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|m| m > than)
+        } else if !path.to_string_lossy().ends_with("_tests.rs")
+            && entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|m| m > than)
         {
             return Some(path);
         }

@@ -257,3 +257,44 @@ async fn an_adopted_running_runner_that_never_calls_in_is_lost_after_the_heartbe
         "a booting runner has the boot timeout, the reconciler's"
     );
 }
+
+#[tokio::test]
+async fn an_open_log_stream_is_cut_with_503_at_shutdown_so_the_runner_sends_it_again() {
+    let (keys, tls) = (RunnerKeys::random(), tls());
+    let old = replica(config(&keys), &tls).await;
+    let handle = old.server.handle();
+    let token = handle.register("uid-l", workload()).unwrap();
+    let body = serde_json::json!({ "bootstrapToken": token.expose() });
+    let session = old.post("token", None, body).await.session();
+
+    // A stream that has sent one record and stays open, as a runner's does between lines.
+    let (lines, rx) = mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
+    let record = r#"{"ts":"2026-12-04T00:00:00Z","stream":"stdout","line":"one"}"#;
+    lines.send(Ok(format!("{record}\n").into())).await.unwrap();
+    let request = old
+        .http
+        .post(old.url("logs"))
+        .bearer_auth(&session)
+        .body(reqwest::Body::wrap_stream(futures::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|chunk| (chunk, rx)) },
+        )))
+        .send();
+    let request = tokio::spawn(request);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while handle.log_lines("uid-l").unwrap_or_default().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the first record arrives");
+
+    tokio::time::timeout(Duration::from_secs(10), old.server.shutdown())
+        .await
+        .expect("shutdown does not wait for the stream to end");
+    let answer = request.await.expect("join");
+    if let Ok(response) = answer {
+        assert_eq!(response.status().as_u16(), 503);
+    }
+    drop(lines);
+}

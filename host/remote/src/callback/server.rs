@@ -127,8 +127,11 @@ impl CallbackServer {
         first_to_end("callback", tasks).await
     }
 
-    /// Stops accepting, lets requests in flight finish, and waits.
+    /// Stops accepting, lets requests in flight finish, and waits. An open log stream is not
+    /// waited for (it may stay open for seconds): it is answered 503 at once, so the runner
+    /// sends its records again to whichever node serves next.
     pub async fn shutdown(mut self) {
+        self.handle.0.closing.send_replace(true);
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -168,15 +171,18 @@ fn refusal(e: &CallbackError) -> Response {
         CallbackError::Token(TokenError::InvalidName { .. }) => StatusCode::BAD_REQUEST,
         CallbackError::Token(_) => StatusCode::UNAUTHORIZED,
         CallbackError::NotRegistered(_) => StatusCode::FORBIDDEN,
-        CallbackError::NotAdoptedYet(_) => {
-            let mut response = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-            let again = HeaderValue::from_static("2");
-            response.headers_mut().insert(header::RETRY_AFTER, again);
-            return response;
-        }
+        CallbackError::NotAdoptedYet(_) => return unavailable(e.to_string()),
         CallbackError::Tls(_) | CallbackError::Bind(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error(status, e.to_string())
+}
+
+/// 503 with `Retry-After`: the runner tries again shortly.
+fn unavailable(message: impl Into<String>) -> Response {
+    let mut response = error(StatusCode::SERVICE_UNAVAILABLE, message);
+    let again = HeaderValue::from_static("2");
+    response.headers_mut().insert(header::RETRY_AFTER, again);
+    response
 }
 
 fn no_store(mut response: Response) -> Response {
@@ -320,7 +326,16 @@ async fn logs(State(state): AppState, Authed(uid): Authed, body: Body) -> Respon
     let mut chunks = body.into_data_stream();
     let mut pending: Vec<u8> = Vec::new();
     let mut accepted = 0usize;
-    while let Some(chunk) = chunks.next().await {
+    let mut closing = state.closing.subscribe();
+    loop {
+        let chunk = tokio::select! {
+            chunk = chunks.next() => chunk,
+            _ = closing.wait_for(|closing| *closing) => {
+                let message = "the node is shutting down: send the records again";
+                return unavailable(message);
+            }
+        };
+        let Some(chunk) = chunk else { break };
         let Ok(chunk) = chunk else {
             return error(StatusCode::BAD_REQUEST, "failed to read the log stream");
         };

@@ -61,6 +61,8 @@ pub(crate) struct State {
     started: Instant,
     /// Bindings unregistered within the adoption window: gone, not waiting to be adopted.
     forgotten: Mutex<HashSet<String>>,
+    /// Set when the server shuts down, so open log streams end instead of holding it up.
+    pub closing: tokio::sync::watch::Sender<bool>,
 }
 
 /// What the node holds to register workloads and read logs; cheap to clone.
@@ -152,6 +154,7 @@ impl State {
             request_limiter: Limiter::new(config.request_rate_per_binding),
             started: Instant::now(),
             forgotten: Mutex::new(HashSet::new()),
+            closing: tokio::sync::watch::Sender::new(false),
             config,
         })
     }
