@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod naming;
 pub mod policies;
 pub mod policy_cli;
+pub mod policy_oci_cli;
 pub mod policy_test;
 pub mod provider_cli;
 pub mod reconcile;

@@ -1,6 +1,7 @@
 //! `neocloud-node policy ...`: operator commands for Wasm policies. `check` loads a component and
-//! prints what it is, `eval` runs one decision on JSON inputs, and `bench` measures decisions
-//! per second with p50 and p99. Every command prints JSON when it succeeds; when it fails (the
+//! prints what it is, `eval` runs one decision on JSON inputs, `test` runs fixtures, `bench`
+//! measures decisions per second with p50 and p99, and push, pull, sign, verify and keygen
+//! distribute policies through an OCI registry (see `policy_oci_cli`). Every command prints JSON when it succeeds; when it fails (the
 //! file is missing, is not a component, is a component of another world, lacks the role asked
 //! for) it returns the error, which the binary prints once and exits non-zero.
 //!
@@ -75,6 +76,9 @@ pub enum PolicyCommand {
         #[arg(long, default_value_t = 1000)]
         iterations: usize,
     },
+    /// push, pull, sign, verify, keygen: distribution through an OCI registry.
+    #[command(flatten)]
+    Oci(crate::policy_oci_cli::OciCommand),
 }
 
 /// A role `check --role` asks for.
@@ -120,6 +124,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<String> {
             offers,
             iterations,
         } => bench(&file, offers, iterations)?,
+        PolicyCommand::Oci(command) => crate::policy_oci_cli::run(command)?,
     };
     Ok(format!("{}\n", serde_json::to_string_pretty(&value)?))
 }

@@ -11,8 +11,12 @@
 //! client certificate from the same CA, user [`KUBELET_CLIENT_USER`] in `system:masters`: a
 //! kubelet server under test trusts [`ControlPlane::ca_pem`] for client certificates.
 //!
-//! The binaries are built from the Go module proxy by `hack/testenv/build.sh` (`make testenv`);
-//! this crate never builds them. It is for tests and local runs, not for production clusters.
+//! [`Registry`] runs a real OCI registry (the CNCF `distribution` registry) on loopback, with TLS
+//! from its own CA and htpasswd basic auth, for tests that push and pull images.
+//!
+//! The binaries are built from the Go module proxy by `hack/testenv/build.sh` and
+//! `hack/testenv/build-registry.sh` (`make testenv`); this crate never builds them. It is for
+//! tests and local runs, not for production clusters.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -29,6 +33,7 @@ mod kubeconfig;
 mod pki;
 mod process;
 mod readiness;
+pub mod registry;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,8 +43,9 @@ pub use components::KUBELET_CLIENT_USER;
 pub use context::{TestContext, shared};
 pub use control_plane::{ControlPlane, Options};
 pub use pki::{CertPair, Pki};
+pub use registry::Registry;
 
-/// Everything that can go wrong while starting or using a control plane.
+/// Everything that can go wrong while starting or using a control plane or a registry.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The binaries have not been built.
@@ -52,6 +58,15 @@ pub enum Error {
         dir: PathBuf,
         /// The binaries that are not there.
         missing: String,
+    },
+    /// The OCI registry binary has not been built.
+    #[error(
+        "OCI registry binary missing at {path}; build it with `make testenv` \
+         (hack/testenv/build-registry.sh) or set NEOCLOUD_REGISTRY_BIN"
+    )]
+    MissingRegistry {
+        /// The path searched.
+        path: PathBuf,
     },
     /// A file or process operation failed.
     #[error("failed to {what}: {source}")]

@@ -17,7 +17,7 @@ pub use binding::{
 };
 pub use policy::{
     BurstPolicy, BurstPolicySpec, BurstPolicyStatus, CelRules, ConfigMapKeyRef, FailurePolicy,
-    PolicyError, PolicyMode, WasmSource,
+    PolicyError, PolicyMode, SecretRef, SignatureRequirement, WasmSource,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -1,7 +1,8 @@
 //! `BurstPolicy`: a cluster-scoped placement, fallback and pricing policy, either a Wasm
-//! component (a file, a ConfigMap key, or an HTTPS URL pinned by sha256) or CEL rules. The API
-//! server itself refuses a policy that names both or neither, or a URL without a digest; the node
-//! reports in the status whether the policy loaded, its digest and every compile error.
+//! component (a file, a ConfigMap key, an HTTPS URL pinned by sha256, or an OCI artifact pinned
+//! by digest, optionally with a required signature) or CEL rules. The API server itself refuses
+//! a policy that names both or neither, a URL without a digest or an OCI tag alone; the node
+//! reports in the status whether the policy loaded, its digest and every load or compile error.
 
 // kube-derive repeats keys such as `type_` across `printcolumn(...)` entries; clippy takes
 // them for duplicated attributes.
@@ -54,13 +55,15 @@ pub struct BurstPolicySpec {
     pub mode: PolicyMode,
 }
 
-/// Where a Wasm component comes from: exactly one of path, configMap, url.
+/// Where a Wasm component comes from: exactly one of path, configMap, url, oci.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[x_kube(validation = Rule::new(
-    "[has(self.path), has(self.configMap), has(self.url)].filter(x, x).size() == 1"
-).message("exactly one of path, configMap and url must be set"))]
+    "[has(self.path), has(self.configMap), has(self.url), has(self.oci)].filter(x, x).size() == 1"
+).message("exactly one of path, configMap, url and oci must be set"))]
 #[x_kube(validation = Rule::new("!has(self.url) || has(self.sha256)")
     .message("a url must be pinned with sha256"))]
+#[x_kube(validation = Rule::new("has(self.oci) || !(has(self.pullSecret) || has(self.registryCa) || has(self.requireSignature))")
+    .message("pullSecret, registryCa and requireSignature apply only to an oci source"))]
 #[serde(rename_all = "camelCase")]
 pub struct WasmSource {
     /// A file on the node's filesystem (for example a mounted volume).
@@ -72,11 +75,49 @@ pub struct WasmSource {
     /// An HTTP(S) URL; requires `sha256`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// An OCI artifact pushed by `neocloud-node policy push`:
+    /// `<registry>/<repository>@sha256:<manifest digest>`. A tag alone is refused: a tag can
+    /// be moved to other bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[^@]+/[^@]+@sha256:[0-9a-f]{64}$')")
+        .message("oci must be <registry>/<repository>@sha256:<64 hex digits>: a tag alone is refused"))]
+    pub oci: Option<String>,
+    /// A `kubernetes.io/dockerconfigjson` Secret with credentials for the OCI registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<SecretRef>,
+    /// A ConfigMap key holding the PEM CA certificate(s) the OCI registry's TLS certificate
+    /// chains to, when it is not publicly trusted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_ca: Option<ConfigMapKeyRef>,
+    /// Load the OCI artifact only if it carries a cosign signature by one of these keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_signature: Option<SignatureRequirement>,
     /// The component's expected sha256, hex; loading refuses any other bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{64}$')")
         .message("sha256 must be 64 lower-case hex digits"))]
     pub sha256: Option<String>,
+}
+
+/// A Secret by namespace and name.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    /// The Secret's namespace.
+    pub namespace: String,
+    /// The Secret's name.
+    pub name: String,
+}
+
+/// Who must have signed an OCI artifact.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SignatureRequirement {
+    /// PEM ECDSA P-256 public keys (`-----BEGIN PUBLIC KEY-----`, as `cosign generate-key-pair`
+    /// or `neocloud-node policy keygen` write them); a signature by any one is enough.
+    #[x_kube(validation = Rule::new("self.size() > 0")
+        .message("requireSignature.publicKeys must list at least one key"))]
+    pub public_keys: Vec<String>,
 }
 
 /// A key in a ConfigMap.

@@ -1,6 +1,7 @@
 //! Loading one `BurstPolicy`: CEL rules compiled by the CEL engine, or a Wasm component read
-//! from a file, a ConfigMap key or a URL pinned by sha256 and prepared by the Wasm engine. The
-//! result is a [`LoadedPolicy`] or every error found, each naming the field it comes from.
+//! from a file, a ConfigMap key, a URL pinned by sha256 or an OCI artifact pinned by digest
+//! (see [`super::oci`]) and prepared by the Wasm engine. The result is a [`LoadedPolicy`] or
+//! every error found, each naming the field it comes from.
 //!
 //! Not for writing status (see [`super::status`]) or deciding anything with the policy.
 
@@ -53,6 +54,23 @@ impl LoadedPolicy {
     }
 }
 
+/// Why a policy did not load: every error, and whether loading it again unchanged may succeed
+/// (its registry was unreachable).
+#[derive(Debug, Clone)]
+pub(crate) struct LoadFailure {
+    pub errors: Vec<PolicyError>,
+    pub transient: bool,
+}
+
+impl From<Vec<PolicyError>> for LoadFailure {
+    fn from(errors: Vec<PolicyError>) -> Self {
+        Self {
+            errors,
+            transient: false,
+        }
+    }
+}
+
 /// Loads `bp`. Blocking work (compiling, reading files, fetching URLs) runs off the async
 /// worker threads.
 pub(crate) async fn load(
@@ -61,7 +79,7 @@ pub(crate) async fn load(
     wasm: &WasmEngine,
     wasm_dir: &Path,
     bp: &BurstPolicy,
-) -> Result<LoadedPolicy, Vec<PolicyError>> {
+) -> Result<LoadedPolicy, LoadFailure> {
     let spec = &bp.spec;
     let (digest, body) = match (&spec.cel, &spec.wasm) {
         (Some(rules), None) => {
@@ -77,7 +95,8 @@ pub(crate) async fn load(
             return Err(vec![error(
                 "spec",
                 "exactly one of spec.wasm and spec.cel must be set",
-            )]);
+            )]
+            .into());
         }
     };
     Ok(LoadedPolicy {
@@ -96,7 +115,7 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| vec![error("spec", format!("the loader thread failed: {e}"))])?
 }
 
-fn error(field: &str, message: impl Into<String>) -> PolicyError {
+pub(crate) fn error(field: &str, message: impl Into<String>) -> PolicyError {
     PolicyError {
         field: field.to_owned(),
         message: message.into(),
@@ -171,39 +190,55 @@ fn source_field(s: &WasmSource) -> &'static str {
         "spec.wasm.path"
     } else if s.config_map.is_some() {
         "spec.wasm.configMap"
-    } else {
+    } else if s.url.is_some() {
         "spec.wasm.url"
+    } else {
+        "spec.wasm.oci"
     }
 }
 
-/// The source to load, with the ConfigMap's bytes read now. The field of any error travels
-/// along as the source's first element.
+/// The source to load, with the ConfigMap's or the OCI artifact's bytes read now. The field of
+/// any error travels along as the source's first element.
 async fn wasm_source(
     client: &kube::Client,
     wasm_dir: &Path,
     s: &WasmSource,
-) -> Result<(&'static str, PolicySource), Vec<PolicyError>> {
+) -> Result<(&'static str, PolicySource), LoadFailure> {
     let field = source_field(s);
     let sha256 = s.sha256.clone();
-    let source = match (&s.path, &s.config_map, &s.url) {
-        (Some(path), None, None) => PolicySource::File {
+    let source = match (&s.path, &s.config_map, &s.url, &s.oci) {
+        (None, None, None, Some(_)) => {
+            if let Some(sha256) = &s.sha256 {
+                let message = format!(
+                    "sha256 {sha256} does not apply to an oci source: the digest in oci pins it"
+                );
+                return Err(vec![error("spec.wasm.sha256", message)].into());
+            }
+            super::oci::source(client, s)
+                .await
+                .map_err(|f| LoadFailure {
+                    errors: f.errors,
+                    transient: f.transient,
+                })?
+        }
+        (Some(path), None, None, None) => PolicySource::File {
             path: confined(wasm_dir, path).map_err(|m| vec![error(field, m)])?,
             sha256,
         },
-        (None, Some(cm), None) => PolicySource::Bytes {
+        (None, Some(cm), None, None) => PolicySource::Bytes {
             name: format!("configmap {}/{} key {}", cm.namespace, cm.name, cm.key),
             bytes: config_map_bytes(client, cm)
                 .await
                 .map_err(|m| vec![error(field, m)])?,
             sha256,
         },
-        (None, None, Some(url)) => PolicySource::Url {
+        (None, None, Some(url), None) => PolicySource::Url {
             url: url.clone(),
             sha256: sha256.unwrap_or_default(),
         },
         _ => {
-            let message = "exactly one of path, configMap and url must be set";
-            return Err(vec![error("spec.wasm", message)]);
+            let message = "exactly one of path, configMap, url and oci must be set";
+            return Err(vec![error("spec.wasm", message)].into());
         }
     };
     Ok((field, source))

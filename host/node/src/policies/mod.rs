@@ -15,6 +15,7 @@
 
 mod cel;
 mod load;
+mod oci;
 mod registry;
 mod status;
 pub mod wasm;

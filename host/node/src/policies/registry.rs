@@ -84,8 +84,14 @@ enum Entry {
         uid: Option<String>,
         generation: Option<i64>,
         errors: Vec<crate::crd::PolicyError>,
+        /// The policy to load again, when the failure may pass unchanged (its registry was
+        /// unreachable).
+        retry: Option<Arc<BurstPolicy>>,
     },
 }
+
+/// How often policies whose failure may pass (an unreachable registry) are loaded again.
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl Entry {
     fn is_for(&self, bp: &BurstPolicy) -> bool {
@@ -160,12 +166,22 @@ impl PolicyRegistry {
             .default_backoff()
             .boxed();
         let mut relisted: Option<HashSet<String>> = None;
-        while let Some(event) = events.next().await {
+        let mut retry = tokio::time::interval(RETRY_EVERY);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                _ = retry.tick() => {
+                    self.retry_transient().await;
+                    continue;
+                }
+            };
+            let Some(event) = event else { break };
             match event {
-                Ok(watcher::Event::Apply(bp)) => self.apply(&bp).await,
+                Ok(watcher::Event::Apply(bp)) => self.apply(&bp, false).await,
                 Ok(watcher::Event::InitApply(bp)) => {
                     relisted.get_or_insert_default().insert(bp.name_any());
-                    self.apply(&bp).await;
+                    self.apply(&bp, false).await;
                 }
                 Ok(watcher::Event::Delete(bp)) => {
                     self.write().remove(&bp.name_any());
@@ -180,11 +196,33 @@ impl PolicyRegistry {
         }
     }
 
-    /// Loads `bp` unless its generation is already loaded (or already failed), then writes its
-    /// status.
-    async fn apply(&self, bp: &BurstPolicy) {
+    /// Loads again each policy whose last failure may pass unchanged.
+    async fn retry_transient(&self) {
+        let due: Vec<Arc<BurstPolicy>> = self
+            .read()
+            .values()
+            .filter_map(|entry| match entry {
+                Entry::Failed {
+                    retry: Some(bp), ..
+                } => Some(Arc::clone(bp)),
+                _ => None,
+            })
+            .collect();
+        for bp in due {
+            tracing::info!(policy = %bp.name_any(), "loading a policy again after a failure that may have passed");
+            self.apply(&bp, true).await;
+        }
+    }
+
+    /// Loads `bp` unless its generation is already loaded (or already failed, unless `again`),
+    /// then writes its status.
+    async fn apply(&self, bp: &BurstPolicy, again: bool) {
         let name = bp.name_any();
-        let known = self.read().get(&name).filter(|e| e.is_for(bp)).cloned();
+        let known = self
+            .read()
+            .get(&name)
+            .filter(|e| e.is_for(bp) && !again)
+            .cloned();
         let entry = match known {
             Some(entry) => entry,
             None => {
@@ -230,12 +268,14 @@ impl PolicyRegistry {
                     policy: Arc::new(policy),
                 }
             }
-            Err(errors) => {
-                tracing::warn!(?errors, "policy failed to load");
+            Err(failure) => {
+                let (errors, transient) = (failure.errors, failure.transient);
+                tracing::warn!(?errors, transient, "policy failed to load");
                 Entry::Failed {
                     uid,
                     generation,
                     errors,
+                    retry: transient.then(|| Arc::new(bp.clone())),
                 }
             }
         }
