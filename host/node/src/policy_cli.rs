@@ -124,7 +124,10 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<String> {
             offers,
             iterations,
         } => bench(&file, offers, iterations)?,
-        PolicyCommand::Oci(command) => crate::policy_oci_cli::run(command)?,
+        PolicyCommand::Oci(command) => match crate::policy_oci_cli::run(command)? {
+            Value::String(text) => return Ok(format!("{text}\n")),
+            value => value,
+        },
     };
     Ok(format!("{}\n", serde_json::to_string_pretty(&value)?))
 }

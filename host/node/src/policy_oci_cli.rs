@@ -38,6 +38,9 @@ pub enum OciCommand {
         file: PathBuf,
         /// Where to store it.
         reference: String,
+        /// Print only the reference by digest (for scripts) instead of JSON.
+        #[arg(short, long)]
+        quiet: bool,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -77,7 +80,7 @@ pub enum OciCommand {
     },
 }
 
-/// Runs `command` and returns its JSON output.
+/// Runs `command` and returns its JSON output, or a string that is the whole output.
 pub fn run(command: OciCommand) -> anyhow::Result<Value> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -90,11 +93,15 @@ async fn run_async(command: OciCommand) -> anyhow::Result<Value> {
         OciCommand::Push {
             file,
             reference,
+            quiet,
             registry,
         } => {
             let target = PolicyRef::parse(&reference)?;
             let bytes = read(&file)?;
             let pushed = client(&registry)?.push(&target, &bytes).await?;
+            if quiet {
+                return Ok(Value::String(pushed.reference.to_string()));
+            }
             Ok(json!({
                 "reference": pushed.reference.to_string(),
                 "digest": pushed.digest,

@@ -3,7 +3,9 @@
 //! registry (the node's, in this process) loads what the guide applies. A command of the guide
 //! that fails, a fixture its policies do not pass, or a policy that does not load fails this test.
 //!
-//! Needs the guest toolchain (`make policies` installs it) and the binary (`cargo test` builds it).
+//! Needs the guest toolchain (`make policies` installs it), the binary (`cargo test` builds it)
+//! and the OCI registry (`make testenv` builds it; the test starts it for the guide's push and
+//! sign steps).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use neocloud_node::metrics::Metrics;
 use neocloud_node::policies::PolicyRegistry;
 use neocloud_policy::cel::{CelEngine, CelLimits};
 use neocloud_policy::wasm::{EngineConfig, WasmEngine};
-use neocloud_testenv::TestContext;
+use neocloud_testenv::{Registry, TestContext};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -48,6 +50,9 @@ fn the_guide_has_runnable_blocks_for_every_language_and_the_cluster() {
         "$COMPONENTIZE_PY",
         "policy test",
         "kubectl apply",
+        "policy push",
+        "policy sign",
+        "requireSignature",
     ] {
         assert!(blocks.contains(part), "{part}");
     }
@@ -67,6 +72,9 @@ async fn the_policy_guide_runs_as_written() {
         Arc::new(Metrics::new()),
     );
     let policies = tokio::spawn(Arc::clone(&registry).run());
+    let oci = Registry::start()
+        .await
+        .expect("OCI registry (make testenv)");
     let guide = std::fs::read_to_string(repo().join("docs/POLICIES.md")).unwrap();
     let script = format!("set -euo pipefail\n{}\n", commands(&guide).join("\n"));
     let kubectl = ctx.control_plane.kubectl();
@@ -92,6 +100,10 @@ async fn the_policy_guide_runs_as_written() {
         .env("PATH", path)
         .env("KUBECONFIG", ctx.control_plane.admin_kubeconfig())
         .env("WORK", work.path())
+        .env("REGISTRY", oci.host())
+        .env("REGISTRY_CA", oci.ca_file())
+        .env("NEOCLOUD_REGISTRY_USERNAME", oci.username())
+        .env("NEOCLOUD_REGISTRY_PASSWORD", oci.password())
         .env_remove("RUST_LOG")
         .output()
         .await
@@ -109,6 +121,17 @@ async fn the_policy_guide_runs_as_written() {
     assert_eq!(stdout.matches("5 passed, 0 failed").count(), 3, "{stdout}");
     assert!(stdout.contains("\"skip-provider\": \"vast\""), "{stdout}");
     assert!(stdout.contains("Wasm component (fallback)"), "{stdout}");
+    // The signed artifact from the registry loaded too.
+    assert!(
+        stdout.contains(&format!("{}/team/fallback@sha256:", oci.host())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\"verified\": true"), "{stdout}");
+    assert_eq!(
+        stdout.matches("Wasm component (fallback)").count(),
+        2,
+        "{stdout}"
+    );
     for name in ["fallback-c.wasm", "fallback-js.wasm", "fallback-py.wasm"] {
         assert!(work.path().join(name).is_file(), "{name}");
     }

@@ -24,7 +24,6 @@ fn trusting(registry: &Registry) -> reqwest::Client {
         .unwrap()
 }
 
-
 #[tokio::test]
 async fn the_api_answers_only_to_its_user() {
     let registry = start().await;
