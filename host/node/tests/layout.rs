@@ -47,6 +47,16 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("neocloud-core", &["kube", "wasmtime", "reqwest"]),
     ("neocloud-broker", &["kube"]),
     ("neocloud-providers", &["kube", "wasmtime"]),
+    (
+        "neocloud-oci",
+        &[
+            "kube",
+            "k8s-openapi",
+            "wasmtime",
+            "neocloud-policy",
+            "neocloud-node",
+        ],
+    ),
 ];
 
 /// Crates only tests may use: a dev-dependency of anything, a normal dependency of nothing (so
@@ -191,6 +201,7 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         "neocloud-providers",
         "neocloud-fixtures",
         "neocloud-remote",
+        "neocloud-oci",
     ] {
         graph.entry(name.into()).or_default();
     }
