@@ -6,9 +6,11 @@ IMAGE ?= ghcr.io/aibrix/neocloud-node
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 20
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The image's timestamps: the last commit's time, so the same commit builds the same digest.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
 .PHONY: help verify fmt fmt-check clippy test test-unit test-integration testenv bench \
-        policies manifests run-local docker-build fuzz fuzz-smoke
+        policies manifests run-local image docker-build fuzz fuzz-smoke
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -59,6 +61,11 @@ manifests: testenv ## regenerate config/crd from the Rust types and deploy/neocl
 
 run-local: ## control plane, cloud simulators and the node on this machine, with the samples and a live summary
 	bash hack/run-local.sh
+
+image: ## build the node's OCI image without a daemon or network into target/image/ (layout/ and image.tar)
+	$(CARGO) build --release --locked -p neocloud-node --bin neocloud-node
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) python3 hack/image/build.py \
+	  --binary target/release/neocloud-node --out target/image --ref $(IMAGE):$(VERSION)
 
 docker-build: ## build the container image ghcr.io/aibrix/neocloud-node:$(VERSION) (needs docker)
 	@command -v docker >/dev/null || { echo "make docker-build: docker is not installed on this machine" >&2; exit 1; }
