@@ -413,3 +413,52 @@ async fn a_wasm_pricing_policy_replaces_the_default_pricing_only() {
     assert!((cap - 2.4).abs() < 1e-9, "{cap}");
     assert_eq!(scores(&r).unwrap(), cheapest_first(), "no placement role");
 }
+
+#[tokio::test]
+async fn a_url_that_cannot_be_fetched_is_loaded_again_once_it_answers() {
+    let (ctx, _registry) = start("pol-url-retry").await;
+    let bytes = std::fs::read(guest("placement-c")).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let bp = create(
+        &ctx,
+        "url-retry",
+        json!({"wasm": {
+            "url": format!("http://127.0.0.1:{port}/placement-c.wasm"),
+            "sha256": sha256_hex(&bytes),
+        }}),
+    )
+    .await;
+    let s = status_of(&ctx, &bp).await;
+    assert!(!s.loaded, "{s:?}");
+    assert_eq!(s.errors[0].field, "spec.wasm.url");
+    assert!(s.errors[0].message.contains("failed to fetch"), "{s:?}");
+
+    // The server comes up; the node fetches again by itself.
+    let app = axum::Router::new().route(
+        "/placement-c.wasm",
+        axum::routing::get(move || {
+            let bytes = bytes.clone();
+            async move { bytes }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let api: Api<BurstPolicy> = Api::all(ctx.client.clone());
+    for _ in 0..600 {
+        if api
+            .get(&bp.name_any())
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.loaded)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the policy did not load after its url answered");
+}

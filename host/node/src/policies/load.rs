@@ -107,12 +107,13 @@ pub(crate) async fn load(
     })
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, Vec<PolicyError>> + Send + 'static,
-) -> Result<T, Vec<PolicyError>> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| vec![error("spec", format!("the loader thread failed: {e}"))])?
+async fn blocking<T: Send + 'static, E: Into<LoadFailure> + Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, LoadFailure> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result.map_err(Into::into),
+        Err(e) => Err(vec![error("spec", format!("the loader thread failed: {e}"))].into()),
+    }
 }
 
 pub(crate) fn error(field: &str, message: impl Into<String>) -> PolicyError {
@@ -301,15 +302,17 @@ const CONFIG_MAP_HINT: &str = "create it with `kubectl create configmap NAME \
     (JavaScript and Python guests are 12 MB and more) must come from spec.wasm.path or \
     spec.wasm.url with spec.wasm.sha256";
 
+/// Compiles the component; a failure to fetch a `url` may pass, so it is marked transient.
 fn load_wasm(
     engine: &WasmEngine,
     source: &(&'static str, PolicySource),
     settings: PolicySettings,
-) -> Result<(String, Body), Vec<PolicyError>> {
+) -> Result<(String, Body), LoadFailure> {
     let (field, source) = source;
-    let policy = engine
-        .load(source, settings)
-        .map_err(|e| vec![error(field, e.to_string())])?;
+    let policy = engine.load(source, settings).map_err(|e| LoadFailure {
+        errors: vec![error(field, e.to_string())],
+        transient: e.is_transient(),
+    })?;
     Ok((
         format!("sha256:{}", policy.info().digest),
         Body::Wasm(policy),
