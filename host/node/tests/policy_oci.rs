@@ -408,6 +408,25 @@ async fn policies_from_a_registry_load_only_when_signed_by_a_listed_key_and_inta
     }
     assert!(loaded, "{down} loads once its registry is back");
     world.wait_pod("waits-3", "Running", running).await;
+
+    // Signing the unsigned artifact after the policy named it: it loads at the next try.
+    sign_with(&registry, &unsigned, &trusted_key);
+    let (late, _) = &names[0];
+    let mut loaded = false;
+    for _ in 0..600 {
+        loaded = api
+            .get(late)
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.loaded);
+        if loaded {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(loaded, "{late} loads once its signature is pushed");
+    world.wait_pod("waits-0", "Running", running).await;
 }
 
 fn sign_with(registry: &Registry, reference: &str, key: &Path) {

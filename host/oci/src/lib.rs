@@ -65,10 +65,76 @@ impl OciError {
     pub fn is_transient(&self) -> bool {
         matches!(self, OciError::Unreachable { .. })
     }
+
+    /// Whether the same request may succeed later once someone acts elsewhere without changing
+    /// the reference: the registry comes back, the credentials are fixed, the artifact is
+    /// pushed, or its signature is added. Not for bytes that do not match their digest, an
+    /// artifact of another kind, or signatures that exist but do not verify.
+    pub fn may_pass(&self) -> bool {
+        matches!(
+            self,
+            OciError::Unreachable { .. }
+                | OciError::Unauthorized { .. }
+                | OciError::NotFound { .. }
+                | OciError::Signature(signature::SignatureError::Unsigned { .. })
+        )
+    }
 }
 
 /// `sha256:<hex>` of `bytes`.
 pub fn sha256_digest(bytes: &[u8]) -> String {
     use sha2::Digest;
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_may_pass_is_retried_and_what_is_wrong_with_the_bytes_is_not() {
+        let text = |s: &str| s.to_owned();
+        let passes = [
+            OciError::Unreachable {
+                registry: text("r"),
+                message: text("refused"),
+            },
+            OciError::Unauthorized {
+                registry: text("r"),
+                reference: text("x"),
+                message: text("401"),
+            },
+            OciError::NotFound {
+                reference: text("x"),
+                message: text("404"),
+            },
+            OciError::Signature(signature::SignatureError::Unsigned {
+                digest: text("d"),
+                tag: text("t"),
+            }),
+        ];
+        for e in &passes {
+            assert!(e.may_pass(), "{e}");
+        }
+        assert!(passes[0].is_transient() && !passes[1].is_transient());
+        let stays = [
+            OciError::DigestMismatch {
+                reference: text("x"),
+                message: text("m"),
+            },
+            OciError::NotAPolicy {
+                reference: text("x"),
+                message: text("m"),
+            },
+            OciError::Signature(signature::SignatureError::NotTrusted {
+                digest: text("d"),
+                count: 1,
+                keys: text("k"),
+                why: text("w"),
+            }),
+        ];
+        for e in &stays {
+            assert!(!e.may_pass(), "{e}");
+        }
+    }
 }

@@ -14,7 +14,8 @@ use neocloud_policy::wasm::PolicySource;
 use crate::crd::{ConfigMapKeyRef, PolicyError, SecretRef, WasmSource};
 
 /// Why an OCI source did not load: the errors for the status, and whether trying again
-/// unchanged may succeed (the registry was down).
+/// unchanged may succeed (the registry was down, refused the login, or lacked the artifact or
+/// its signature; a Secret or ConfigMap it names was missing).
 #[derive(Debug)]
 pub(crate) struct OciFailure {
     pub errors: Vec<PolicyError>,
@@ -29,10 +30,18 @@ impl OciFailure {
         }
     }
 
+    /// A Secret or ConfigMap that could not be read: it may be created or fixed later.
+    fn object(field: &str, message: impl Into<String>) -> Self {
+        Self {
+            transient: true,
+            ..Self::new(field, message)
+        }
+    }
+
     fn from_oci(field: &str, e: &OciError) -> Self {
         Self {
             errors: vec![super::load::error(field, e.to_string())],
-            transient: e.is_transient(),
+            transient: e.may_pass(),
         }
     }
 }
@@ -53,7 +62,7 @@ pub(crate) async fn source(
         Some(r) => Some(
             credentials(client, r, reference.registry())
                 .await
-                .map_err(|m| OciFailure::new("spec.wasm.pullSecret", m))?,
+                .map_err(|m| OciFailure::object("spec.wasm.pullSecret", m))?,
         ),
         None => None,
     };
@@ -61,7 +70,7 @@ pub(crate) async fn source(
         Some(r) => Some(
             ca(client, r)
                 .await
-                .map_err(|m| OciFailure::new("spec.wasm.registryCa", m))?,
+                .map_err(|m| OciFailure::object("spec.wasm.registryCa", m))?,
         ),
         None => None,
     };
