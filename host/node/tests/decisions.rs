@@ -135,18 +135,14 @@ async fn a_fallback_policy_s_skip_retry_and_wait_are_recorded_in_order_with_its_
         .unwrap();
     // Every test's registry in this control plane compiles the 12 MB component; on a loaded
     // machine that takes longer than a Pod's wait, so the Pod comes once it has loaded.
-    for _ in 0..1800 {
-        let loaded = policies
-            .get(&name)
-            .await
-            .unwrap()
-            .status
-            .is_some_and(|s| s.loaded);
-        if loaded {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::wait_policy(
+        &world.ctx.client,
+        &name,
+        "loaded",
+        180,
+        support::policy_loaded,
+    )
+    .await;
     // RunPod answers its first create with a 503: the policy retries it after 2 s.
     world.sims.runpod.add_fault(FaultRule::next(
         "POST /v2/pods",

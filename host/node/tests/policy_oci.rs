@@ -12,7 +12,6 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -22,6 +21,7 @@ use neocloud_node::crd::{BurstPolicy, BurstPolicyStatus};
 use neocloud_testenv::Registry;
 use serde_json::{Value, json};
 use support::world::{World, policies_dir, reason, running};
+use support::{policy_loaded, policy_observed};
 
 fn guest(name: &str) -> PathBuf {
     let path = policies_dir().join(format!("{name}.wasm"));
@@ -107,17 +107,9 @@ async fn create_policy(world: &World, suffix: &str, wasm: Value) -> BurstPolicy 
 }
 
 async fn status_of(world: &World, bp: &BurstPolicy) -> BurstPolicyStatus {
-    let api: Api<BurstPolicy> = Api::all(world.ctx.client.clone());
-    for _ in 0..600 {
-        let got = api.get(&bp.name_any()).await.unwrap();
-        if let Some(s) = got.status
-            && s.observed_generation == got.metadata.generation
-        {
-            return s;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no status for BurstPolicy {} after 60s", bp.name_any());
+    let name = bp.name_any();
+    let bp = support::wait_policy(&world.ctx.client, &name, "observed", 60, policy_observed).await;
+    bp.status.unwrap_or_default()
 }
 
 /// The pull secret (for both registries) and each one's CA ConfigMap (`registry-ca`,
@@ -391,41 +383,16 @@ async fn policies_from_a_registry_load_only_when_signed_by_a_listed_key_and_inta
         .patch("gone-ca", &PatchParams::default(), &Patch::Merge(cm))
         .await
         .unwrap();
-    let api: Api<BurstPolicy> = Api::all(world.ctx.client.clone());
     let (down, _) = &names[3];
-    let mut loaded = false;
-    for _ in 0..600 {
-        loaded = api
-            .get(down)
-            .await
-            .unwrap()
-            .status
-            .is_some_and(|s| s.loaded);
-        if loaded {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(loaded, "{down} loads once its registry is back");
+    let back_up = "loaded once its registry is back";
+    support::wait_policy(&world.ctx.client, down, back_up, 60, policy_loaded).await;
     world.wait_pod("waits-3", "Running", running).await;
 
     // Signing the unsigned artifact after the policy named it: it loads at the next try.
     sign_with(&registry, &unsigned, &trusted_key);
     let (late, _) = &names[0];
-    let mut loaded = false;
-    for _ in 0..600 {
-        loaded = api
-            .get(late)
-            .await
-            .unwrap()
-            .status
-            .is_some_and(|s| s.loaded);
-        if loaded {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(loaded, "{late} loads once its signature is pushed");
+    let signed_late = "loaded once its signature is pushed";
+    support::wait_policy(&world.ctx.client, late, signed_late, 60, policy_loaded).await;
     world.wait_pod("waits-0", "Running", running).await;
 }
 

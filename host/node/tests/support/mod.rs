@@ -156,3 +156,37 @@ pub async fn rent(provider: &Arc<dyn Provider>, name: &str) -> InstanceState {
     };
     provider.create(&request).await.unwrap()
 }
+
+/// BurstPolicy `name` once `f` holds of it, polled every 100 ms for up to `seconds`; panics
+/// saying `what` it waited for and its last status.
+pub async fn wait_policy(
+    client: &kube::Client,
+    name: &str,
+    what: &str,
+    seconds: u64,
+    f: impl Fn(&neocloud_node::crd::BurstPolicy) -> bool,
+) -> neocloud_node::crd::BurstPolicy {
+    let api: Api<neocloud_node::crd::BurstPolicy> = Api::all(client.clone());
+    let mut last = None;
+    for _ in 0..seconds * 10 {
+        let bp = api.get(name).await.unwrap();
+        if f(&bp) {
+            return bp;
+        }
+        last = bp.status;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("BurstPolicy {name} is not {what} after {seconds}s; its status: {last:?}");
+}
+
+/// Whether `bp`'s status describes its current generation.
+pub fn policy_observed(bp: &neocloud_node::crd::BurstPolicy) -> bool {
+    bp.status
+        .as_ref()
+        .is_some_and(|s| s.observed_generation == bp.metadata.generation)
+}
+
+/// Whether `bp` loaded.
+pub fn policy_loaded(bp: &neocloud_node::crd::BurstPolicy) -> bool {
+    bp.status.as_ref().is_some_and(|s| s.loaded)
+}
