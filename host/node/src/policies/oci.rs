@@ -262,7 +262,7 @@ mod tests {
                 && missing.contains("reg.example:5000, other.example"),
             "{missing}"
         );
-        let bad = docker_config_credentials(b"[]", "x").unwrap_err();
+        let bad = docker_config_credentials(b"{\"auths\": []}", "x").unwrap_err();
         assert!(bad.contains("is not a Docker config"), "{bad}");
         let empty = docker_config_credentials(br#"{"auths":{"x":{}}}"#, "x").unwrap_err();
         assert!(
