@@ -38,6 +38,7 @@ const METRICS: &[&str] = &[
     "neocloud_sweeper_deletions_total",
     "neocloud_pods",
     "neocloud_reconcile_errors_total",
+    "neocloud_spend_usd_total",
 ];
 const HISTOGRAMS: &[&str] = &[
     "neocloud_provider_call_duration_seconds",
@@ -497,6 +498,14 @@ fn the_listed_metrics_are_what_the_node_exports() {
     m.record_sweeper_deletion(ProviderId::Fake, true);
     m.set_pods(["Running"]);
     m.record_reconcile_error("provider");
+    m.observe_spend(&neocloud_node::metrics::BindingSpend {
+        binding: "ml/a",
+        accrued_usd: 1.0,
+        namespace: "ml",
+        team: None,
+        provider: "fake",
+        gpu: "1x A40",
+    });
     let exported: BTreeSet<String> = m
         .encode()
         .lines()

@@ -64,7 +64,8 @@ impl World {
              healthIntervalSeconds: 1\n\
              leaderElection: {{namespace: {ns}, leaseDurationSeconds: 2, renewGraceSeconds: 1}}\n\
              reconciler: {{pollIntervalMs: 300, retryIntervalMs: 1000}}\n\
-             sweeper: {{intervalSeconds: 3600, graceSeconds: 3600}}\n",
+             sweeper: {{intervalSeconds: 3600, graceSeconds: 3600}}\n\
+             spend: {{labels: [namespace, team, provider], teamLabel: example.com/team}}\n",
             node = self.node,
             ns = self.ctx.namespace,
             kubelet = free_port(),
@@ -107,7 +108,7 @@ impl World {
 
     async fn create_pod(&self, name: &str) {
         let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": {"example.com/team": "vision"}},
             "spec": {
                 "nodeName": self.node,
                 "restartPolicy": "Never",
@@ -329,12 +330,28 @@ async fn a_standby_replica_takes_over_when_the_leader_dies() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // Spend is charged to the Pods' team label, per namespace and provider, and only grows.
+    let charged = format!(
+        "neocloud_spend_usd_total{{namespace=\"{}\",team=\"vision\",provider=",
+        world.ctx.namespace
+    );
+    let spent = |metrics: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(&charged))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let before = spent(&http_get(ports[standby], "/metrics"));
+    assert!(before > 0.0, "{}", http_get(ports[standby], "/metrics"));
     let ledger = world.sims.ledger();
     assert_eq!(ledger.live().len(), 2, "{:?}", ledger.live());
     assert!(ledger.duplicate_live_names().is_empty());
     let _ = world.pods().delete("first", &DeleteParams::default()).await;
     world.wait_gone("first", Duration::from_secs(60)).await;
     assert_eq!(world.sims.ledger().live().len(), 1);
+    let after = spent(&http_get(ports[standby], "/metrics"));
+    assert!(after >= before, "spend went down from {before} to {after}");
     let pod = world.pods().get("second").await.unwrap();
     assert_eq!(pod.name_any(), "second");
 }

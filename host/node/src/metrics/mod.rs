@@ -9,6 +9,7 @@ mod family;
 mod http;
 mod policy;
 mod provider;
+mod spend;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,6 +29,7 @@ pub use policy::{
     InstrumentedFallback, InstrumentedFilter, InstrumentedPricing, InstrumentedRanker,
 };
 pub use provider::{InstrumentedProvider, instrument, operation_label};
+pub use spend::{BindingSpend, DEFAULT_SPEND_LABELS, SpendLabel};
 
 /// Upper bounds (seconds) for provider HTTP calls: 5 ms to 60 s.
 const PROVIDER_CALL_BUCKETS: [f64; 13] = [
@@ -153,6 +155,7 @@ pub struct Metrics {
     sweeper_deletions: Family<SweepLabels, Counter>,
     pods: CountedGauge<PodLabels>,
     reconcile_errors: Family<ReasonLabels, Counter>,
+    spend: spend::SpendCounter,
 }
 
 impl fmt::Debug for Metrics {
@@ -184,6 +187,7 @@ impl Metrics {
             sweeper_deletions: Family::default(),
             pods: CountedGauge::default(),
             reconcile_errors: Family::default(),
+            spend: spend::SpendCounter::default(),
         };
         m.register();
         m
@@ -249,6 +253,11 @@ impl Metrics {
             "Reconcile errors by reason",
             self.reconcile_errors.clone(),
         );
+        r.register(
+            "spend_usd",
+            "USD spent on instances, by the configured labels (namespace, team, provider, gpu)",
+            self.spend.family(),
+        );
     }
 
     /// Sets what the running instances cost now, USD per hour.
@@ -270,6 +279,21 @@ impl Metrics {
             }
             None => self.budget_cap.clear(),
         }
+    }
+
+    /// The labels `neocloud_spend_usd_total` carries from now on (configuration, at start).
+    pub fn set_spend_labels(&self, by: &[SpendLabel]) {
+        self.spend.set_labels(by);
+    }
+
+    /// Counts what a binding accrued since it was last seen into `neocloud_spend_usd_total`.
+    pub fn observe_spend(&self, spend: &BindingSpend<'_>) {
+        self.spend.observe(spend);
+    }
+
+    /// Counts a binding's final accrual (its instances are gone) and forgets it.
+    pub fn finish_spend(&self, spend: &BindingSpend<'_>) {
+        self.spend.finish(spend);
     }
 
     /// Sets the burn rate, in-flight budget and cap from the broker's snapshot.

@@ -29,6 +29,7 @@ mod release;
 mod rented;
 mod runners;
 mod slim;
+mod spend;
 #[cfg(test)]
 mod stale_tests;
 
@@ -84,6 +85,8 @@ pub struct ReconcilerConfig {
     pub runners: Option<Arc<Runners>>,
     /// The namespaces whose Pods are served; `None`: every one.
     pub watch_namespaces: Option<Vec<String>>,
+    /// The Pod label whose value `neocloud_spend_usd_total`'s `team` label carries.
+    pub team_label: Option<String>,
 }
 
 impl ReconcilerConfig {
@@ -100,6 +103,7 @@ impl ReconcilerConfig {
             release_poll: Duration::from_secs(2),
             runners: None,
             watch_namespaces: None,
+            team_label: None,
         }
     }
 }

@@ -98,6 +98,9 @@ impl Reconciler {
         self.renter.ledger.stop(&key, Utc::now());
         let cost = self.renter.ledger.accrued_usd(&key, Utc::now());
         self.renter.ledger.forget(&key);
+        if let Some(cost) = cost {
+            self.finish_spend(b, cost);
+        }
         cost
     }
 

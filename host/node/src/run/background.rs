@@ -73,11 +73,13 @@ pub async fn check_health(renter: Renter, every: Duration, tx: watch::Sender<Hea
 }
 
 /// Refreshes the gauges every 5 s: cost, instances by provider and phase (from bindings), Pods
-/// by phase. They are read from the reconciler's caches: listing the node's Pods and bindings
+/// by phase; and counts what each binding spent since into `neocloud_spend_usd_total`. They are read from the reconciler's caches: listing the node's Pods and bindings
 /// instead costs megabytes per refresh at 1,000 Pods.
 pub async fn gauges(reconciler: Arc<Reconciler>, renter: Renter, metrics: Arc<Metrics>) {
     loop {
-        metrics.set_cost(&renter.costs(Utc::now()));
+        let costs = renter.costs(Utc::now());
+        metrics.set_cost(&costs);
+        reconciler.observe_spend(&costs.bindings);
         if let Some(caches) = reconciler.caches() {
             metrics.set_instances(caches.bindings.state().iter().filter_map(|b| {
                 let s = b.status.as_ref()?;

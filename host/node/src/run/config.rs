@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use neocloud_core::ProviderId;
 use serde::Deserialize;
 
+use crate::metrics::{DEFAULT_SPEND_LABELS, SpendLabel};
 use crate::naming::ClusterId;
 use crate::sweeper::SweeperConfig;
 use crate::vnode::NodeConfig;
@@ -61,6 +62,63 @@ pub struct RunConfig {
     /// needs to read Secrets and ConfigMaps only in these (see the README's RBAC section).
     #[serde(default)]
     pub watch_namespaces: Option<Vec<String>>,
+    /// What `neocloud_spend_usd_total` is labelled by.
+    #[serde(default)]
+    pub spend: SpendSettings,
+}
+
+/// The `spend:` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SpendSettings {
+    /// The labels of `neocloud_spend_usd_total`, among `namespace`, `team`, `provider` and
+    /// `gpu` (default: namespace, provider, gpu). Each multiplies the series.
+    #[serde(default = "default_spend_labels")]
+    pub labels: Vec<SpendLabel>,
+    /// The Pod label whose value is the `team` label (required when `labels` has `team`).
+    #[serde(default)]
+    pub team_label: Option<String>,
+}
+
+impl Default for SpendSettings {
+    fn default() -> Self {
+        SpendSettings {
+            labels: default_spend_labels(),
+            team_label: None,
+        }
+    }
+}
+
+fn default_spend_labels() -> Vec<SpendLabel> {
+    DEFAULT_SPEND_LABELS.to_vec()
+}
+
+impl SpendSettings {
+    fn check(&self) -> anyhow::Result<()> {
+        if self.labels.contains(&SpendLabel::Team) && self.team_label.is_none() {
+            bail!("spend.labels: team needs spend.teamLabel, the Pod label that names the team");
+        }
+        if let Some(key) = &self.team_label {
+            let (prefix, name) = key.rsplit_once('/').unwrap_or(("", key));
+            let name_ok = !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+            let prefix_ok = prefix.len() <= 253
+                && prefix.chars().all(|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.')
+                });
+            if !(name_ok && prefix_ok) || key.ends_with('/') {
+                bail!(
+                    "spend.teamLabel: {key:?} is not a Pod label key (such as team or example.com/team)"
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The `policies:` section.
@@ -246,6 +304,7 @@ impl RunConfig {
         if let Some(namespaces) = &self.watch_namespaces {
             check_namespaces(namespaces)?;
         }
+        self.spend.check()?;
         if !self.policies.wasm_dir.is_absolute() {
             bail!(
                 "policies.wasmDir: {:?} is not an absolute path",
@@ -332,6 +391,17 @@ mod tests {
     }
 
     #[test]
+    fn spend_is_labelled_by_namespace_provider_and_gpu_unless_configured() {
+        let c = RunConfig::from_yaml(MINIMAL).unwrap();
+        assert_eq!(c.spend.labels, DEFAULT_SPEND_LABELS);
+        let text =
+            format!("{MINIMAL}spend: {{labels: [team, gpu], teamLabel: example.com/team}}\n");
+        let c = RunConfig::from_yaml(&text).unwrap();
+        assert_eq!(c.spend.labels, [SpendLabel::Team, SpendLabel::Gpu]);
+        assert_eq!(c.spend.team_label.as_deref(), Some("example.com/team"));
+    }
+
+    #[test]
     fn an_unset_cluster_id_is_left_to_be_derived() {
         let c = RunConfig::from_yaml("node: {name: neocloud-node}\n").unwrap();
         assert_eq!(c.cluster_id, None);
@@ -356,6 +426,18 @@ mod tests {
             (
                 "clusterId: p\nnode: {name: n}\nbudget: 3\n",
                 "unknown field `budget`",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nspend: {labels: [namespace, team]}\n",
+                "spend.labels: team needs spend.teamLabel",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nspend: {labels: [pod]}\n",
+                "unknown variant `pod`",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nspend: {teamLabel: \"my team\"}\n",
+                "spend.teamLabel: \"my team\" is not a Pod label key",
             ),
             (
                 "clusterId: p\nnode: {name: n}\nleaderElection: {leaseDurationSeconds: 5}\n",

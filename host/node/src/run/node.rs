@@ -155,6 +155,7 @@ fn reconciler(
     rc.retry_interval = cfg.retry_interval();
     rc.runners = runners;
     rc.watch_namespaces = cfg.watch_namespaces.clone();
+    rc.team_label = cfg.spend.team_label.clone();
     let cel = Arc::new(CelEngine::new(CelLimits::default()));
     let wasm = WasmEngine::new(EngineConfig::default())
         .map_err(|e| anyhow::anyhow!("failed to start the Wasm policy engine: {e}"))?;

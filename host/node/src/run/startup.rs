@@ -61,6 +61,7 @@ pub(super) async fn start(cfg: &RunConfig) -> anyhow::Result<Started> {
         .context("failed to build a Kubernetes client (KUBECONFIG or in-cluster)")?;
     let ids = cfg.provider_ids(std::env::var("GPU_BURST_PROVIDER").ok().as_deref())?;
     let metrics = Arc::new(Metrics::new());
+    metrics.set_spend_labels(&cfg.spend.labels);
     let providers = metrics::instrument(providers_from_env(&ids)?, &metrics);
     let (ready, ready_rx) = watch::channel(false);
     let mut tasks = Supervisor::new(ready.clone())?;
