@@ -5,6 +5,7 @@
 //! It is not where decisions are made: placement, fallback and pricing live in the broker and the
 //! policy engines, cloud APIs in the providers.
 
+pub mod cost_cli;
 pub mod crd;
 pub mod metrics;
 pub mod naming;

@@ -37,6 +37,11 @@ enum Command {
         #[command(subcommand)]
         command: neocloud_node::provider_cli::ProviderCommand,
     },
+    /// Report what the rentals cost, from the bindings in the cluster.
+    Cost {
+        #[command(subcommand)]
+        command: neocloud_node::cost_cli::CostCommand,
+    },
 }
 
 /// Runs the command; a failure is printed once, as one line on stderr, with exit code 1.
@@ -94,6 +99,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Provider { command } => {
             runtime()?.block_on(neocloud_node::provider_cli::run(command))?
         }
+        Command::Cost { command } => runtime()?.block_on(neocloud_node::cost_cli::run(command))?,
     };
     std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;
     Ok(())
