@@ -32,7 +32,8 @@ pub struct RegistryArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum OciCommand {
     /// Store a component in a registry (`<registry>/<repository>[:<tag>]`) and print the
-    /// reference by digest a BurstPolicy's `spec.wasm.oci` names.
+    /// reference by digest a BurstPolicy's `spec.wasm.oci` names. A component the node would
+    /// not load (not a component, no policy role) is refused before anything is sent.
     Push {
         /// The component (.wasm).
         file: PathBuf,
@@ -98,6 +99,10 @@ async fn run_async(command: OciCommand) -> anyhow::Result<Value> {
         } => {
             let target = PolicyRef::parse(&reference)?;
             let bytes = read(&file)?;
+            // What the node would refuse to load is not pushed.
+            crate::policy_cli::load(&file).map_err(|e| {
+                anyhow::anyhow!("{e}; nothing was pushed (`policy check` tells what is wrong)")
+            })?;
             let pushed = client(&registry)?.push(&target, &bytes).await?;
             if quiet {
                 return Ok(Value::String(pushed.reference.to_string()));

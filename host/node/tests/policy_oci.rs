@@ -214,6 +214,18 @@ async fn policies_from_a_registry_load_only_when_signed_by_a_listed_key_and_inta
     ));
     assert!(e.contains("has no digest"), "{e}");
 
+    // What the node would not load is not pushed.
+    let wrong = guest("hostile-wrong-world");
+    let target = format!("{}/team/wrong:v1", registry.host());
+    let e = failed(&policy(
+        &registry,
+        &[&["push", wrong.to_str().unwrap(), &target], &ca[..]].concat(),
+    ));
+    assert!(
+        e.contains("exports none of the neocloud:policy") && e.contains("nothing was pushed"),
+        "{e}"
+    );
+
     let trusted = keys.path().join("trusted");
     let stranger = keys.path().join("stranger");
     for prefix in [&trusted, &stranger] {
