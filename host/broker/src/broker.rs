@@ -5,6 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use neocloud_core::{Attempt, OfferQuery, WorkloadSpec};
+use tracing::Instrument as _;
 
 use crate::catalog::CatalogView;
 use crate::cost::BindingCost;
@@ -79,7 +80,10 @@ impl Broker {
         p: &Placement<'_>,
         recorder: &dyn AttemptRecorder,
     ) -> Result<(Rental, Plan), BrokerError> {
-        let (plan, _) = self.plan(p).await?;
+        // Spans of the placement's trace (exported by the node when it exports traces).
+        let planning = tracing::info_span!(target: "neocloud::trace", "plan", candidates = tracing::field::Empty);
+        let (plan, _) = self.plan(p).instrument(planning.clone()).await?;
+        planning.record("candidates", plan.candidates.len());
         if plan.candidates.is_empty() {
             return Err(BrokerError::NoCandidates {
                 explanation: plan.explanation,
@@ -94,7 +98,8 @@ impl Broker {
             history: p.history,
             boot: p.boot,
         };
-        let rental = self.renter.rent(&req, recorder).await?;
+        let renting = tracing::info_span!(target: "neocloud::trace", "rent");
+        let rental = self.renter.rent(&req, recorder).instrument(renting).await?;
         Ok((rental, plan))
     }
 

@@ -18,6 +18,7 @@ pub mod reconcile;
 pub mod run;
 pub mod smoke;
 pub mod sweeper;
+pub mod telemetry;
 pub mod vnode;
 
 // The servers remote workloads talk to live in their own crate; these paths stay for callers.

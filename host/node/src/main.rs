@@ -79,18 +79,36 @@ fn one_message(error: &anyhow::Error) -> String {
 const DEFAULT_LOG_FILTER: &str = "info,kube_runtime::controller=warn";
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| DEFAULT_LOG_FILTER.into()),
-        )
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{EnvFilter, Layer as _};
+    let run_config = match &cli.command {
+        Command::Run { config } => Some(neocloud_node::run::RunConfig::from_file(config)?),
+        _ => None,
+    };
+    // The exported spans are not log lines.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| DEFAULT_LOG_FILTER.into())
+        .add_directive(format!("{}=off", neocloud_node::telemetry::TARGET).parse()?);
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(colour())
-        .init();
+        .with_filter(filter);
+    let cluster = run_config.as_ref().and_then(|c| c.cluster_id.clone());
+    let exported = match &run_config {
+        Some(_) => neocloud_node::telemetry::start(cluster.as_deref())?,
+        None => None,
+    };
+    let (telemetry, spans) = exported.unzip();
+    tracing_subscriber::registry().with(logs).with(spans).init();
     let out = match cli.command {
-        Command::Run { config } => {
-            let config = neocloud_node::run::RunConfig::from_file(&config)?;
-            runtime()?.block_on(neocloud_node::run::run(config))?;
+        Command::Run { .. } => {
+            let config = run_config.ok_or_else(|| anyhow::anyhow!("no config"))?;
+            let result = runtime()?.block_on(neocloud_node::run::run(config));
+            if let Some(telemetry) = telemetry {
+                telemetry.shutdown();
+            }
+            result?;
             String::new()
         }
         Command::Version => format!("neocloud-node {}\n", env!("CARGO_PKG_VERSION")),

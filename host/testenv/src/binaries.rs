@@ -46,20 +46,43 @@ pub fn locate() -> Result<PathBuf, Error> {
 }
 
 fn cache_dir() -> Result<PathBuf, Error> {
-    let script = repo_root().join("hack/testenv/build.sh");
+    printed_dir("build.sh")
+}
+
+/// The cache directory `hack/testenv/<script> --print` names (each build script prints where
+/// its binaries go, keyed by version, without building).
+pub(crate) fn printed_dir(script: &str) -> Result<PathBuf, Error> {
+    let script = repo_root().join("hack/testenv").join(script);
+    let what = || format!("run {} --print", script.display());
     let out = Command::new("bash")
         .arg(&script)
         .arg("--print")
         .output()
-        .map_err(|e| Error::io(format!("run {} --print", script.display()), e))?;
+        .map_err(|e| Error::io(what(), e))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-        return Err(Error::io(
-            format!("run {} --print", script.display()),
-            std::io::Error::other(stderr),
-        ));
+        return Err(Error::io(what(), std::io::Error::other(stderr)));
     }
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// For tests: `dir` is a cache directory outside the repository; returns the name of its
+/// parent (`<tool>-<version>-<hash>`).
+#[cfg(test)]
+pub(crate) fn cache_dir_name(dir: &Path) -> String {
+    let root = repo_root().canonicalize().unwrap();
+    assert!(dir.is_absolute(), "{}", dir.display());
+    assert!(
+        !dir.starts_with(&root),
+        "{} is inside the repository",
+        dir.display()
+    );
+    dir.parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]
@@ -68,21 +91,7 @@ mod tests {
 
     #[test]
     fn the_build_script_names_a_cache_directory_outside_the_repository() {
-        let dir = cache_dir().unwrap();
-        let root = repo_root().canonicalize().unwrap();
-        assert!(dir.is_absolute(), "{}", dir.display());
-        assert!(
-            !dir.starts_with(&root),
-            "{} is inside the repository",
-            dir.display()
-        );
-        let name = dir
-            .parent()
-            .unwrap()
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let name = cache_dir_name(&cache_dir().unwrap());
         assert!(
             name.starts_with("k8s-v1.35.") && name.contains("-etcd-v3.6."),
             "{name}"

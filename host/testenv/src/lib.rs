@@ -14,9 +14,13 @@
 //! [`Registry`] runs a real OCI registry (the CNCF `distribution` registry) on loopback, with TLS
 //! from its own CA and htpasswd basic auth, for tests that push and pull images.
 //!
-//! The binaries are built from the Go module proxy by `hack/testenv/build.sh` and
-//! `hack/testenv/build-registry.sh` (`make testenv`); this crate never builds them. It is for
-//! tests and local runs, not for production clusters.
+//! [`Collector`] runs a real OpenTelemetry Collector on loopback (OTLP/HTTP and OTLP/gRPC in,
+//! traces and metrics out to JSON-lines files), for tests that export telemetry and read what
+//! arrived.
+//!
+//! The binaries are built from the Go module proxy by `hack/testenv/build.sh`,
+//! `hack/testenv/build-registry.sh` and `hack/testenv/build-otelcol.sh` (`make testenv`); this
+//! crate never builds them. It is for tests and local runs, not for production clusters.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -30,6 +34,7 @@ mod components;
 mod context;
 mod control_plane;
 mod kubeconfig;
+pub mod otelcol;
 mod pki;
 mod process;
 mod readiness;
@@ -42,10 +47,12 @@ pub use binaries::{BINARIES, locate as locate_binaries};
 pub use components::KUBELET_CLIENT_USER;
 pub use context::{TestContext, shared};
 pub use control_plane::{ControlPlane, Options};
+pub use otelcol::Collector;
 pub use pki::{CertPair, Pki};
 pub use registry::Registry;
 
-/// Everything that can go wrong while starting or using a control plane or a registry.
+/// Everything that can go wrong while starting or using a control plane, a registry or a
+/// collector.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The binaries have not been built.
@@ -65,6 +72,15 @@ pub enum Error {
          (hack/testenv/build-registry.sh) or set NEOCLOUD_REGISTRY_BIN"
     )]
     MissingRegistry {
+        /// The path searched.
+        path: PathBuf,
+    },
+    /// The OpenTelemetry Collector binary has not been built.
+    #[error(
+        "OpenTelemetry Collector binary missing at {path}; build it with `make testenv` \
+         (hack/testenv/build-otelcol.sh) or set NEOCLOUD_OTELCOL_BIN"
+    )]
+    MissingCollector {
         /// The path searched.
         path: PathBuf,
     },

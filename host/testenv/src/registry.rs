@@ -17,7 +17,6 @@
 //! testenv` does; this module says so when it is missing).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use rand::Rng;
@@ -277,18 +276,7 @@ pub fn locate() -> Result<PathBuf, Error> {
 }
 
 fn cache_dir() -> Result<PathBuf, Error> {
-    let script = binaries::repo_root().join("hack/testenv/build-registry.sh");
-    let what = || format!("run {} --print", script.display());
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg("--print")
-        .output()
-        .map_err(|e| Error::io(what(), e))?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-        return Err(Error::io(what(), std::io::Error::other(stderr)));
-    }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    binaries::printed_dir("build-registry.sh")
 }
 
 fn write(path: &Path, contents: &str) -> Result<(), Error> {
@@ -313,21 +301,7 @@ mod tests {
 
     #[test]
     fn the_build_script_names_a_cache_directory_outside_the_repository() {
-        let dir = cache_dir().unwrap();
-        let root = binaries::repo_root().canonicalize().unwrap();
-        assert!(dir.is_absolute(), "{}", dir.display());
-        assert!(
-            !dir.starts_with(&root),
-            "{} is inside the repository",
-            dir.display()
-        );
-        let name = dir
-            .parent()
-            .unwrap()
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let name = binaries::cache_dir_name(&cache_dir().unwrap());
         assert!(name.starts_with("registry-v3.1.2-"), "{name}");
     }
 

@@ -151,6 +151,10 @@ pub struct CloudPodBindingStatus {
     /// The workload's exit code, when a VM runner reported that it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// The W3C `traceparent` of the placement's trace, when traces are exported: find the
+    /// trace by its id (the second field) in the tracing backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// The latest rental attempts, oldest first (at most the last 20; older ones are counted in
     /// `attemptTally`); an attempt is written before its provider call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

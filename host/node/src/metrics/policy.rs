@@ -25,8 +25,20 @@ struct Recorder {
 
 impl Recorder {
     fn time<T>(&self, evaluate: impl FnOnce() -> Result<T, PolicyError>) -> Result<T, PolicyError> {
+        let span = tracing::info_span!(
+            target: crate::telemetry::TARGET,
+            "policy evaluation",
+            "neocloud.policy" = %self.name,
+            "neocloud.policy.kind" = self.kind.label(),
+            "neocloud.outcome" = tracing::field::Empty,
+        );
+        let _entered = span.enter();
         let started = Instant::now();
         let result = evaluate();
+        span.record(
+            "neocloud.outcome",
+            if result.is_ok() { "ok" } else { "error" },
+        );
         self.metrics.observe_policy_evaluation(
             &self.name,
             self.kind,

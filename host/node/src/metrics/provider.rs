@@ -63,11 +63,20 @@ impl InstrumentedProvider {
             started: Instant::now(),
             outcome: CANCELLED,
         };
-        let result = call.await;
+        // A span of the placement's trace, when traces are exported.
+        let span = tracing::info_span!(
+            target: crate::telemetry::TARGET,
+            "provider call",
+            "neocloud.provider" = %self.inner.id(),
+            "neocloud.operation" = operation_label(operation),
+            "neocloud.outcome" = tracing::field::Empty,
+        );
+        let result = tracing::Instrument::instrument(call, span.clone()).await;
         timer.outcome = match &result {
             Ok(_) => "ok",
             Err(e) => e.metric_label(),
         };
+        span.record("neocloud.outcome", timer.outcome);
         result
     }
 }

@@ -13,6 +13,7 @@ use neocloud_broker::{
     Broker, BrokerError, FallbackPolicy, OfferFilter, Placement, Planner, Renter, fill_unreported,
 };
 use neocloud_core::{AttemptOutcome, InstancePhase, InstanceState, WorkloadSpec};
+use tracing::Instrument as _;
 
 use super::attempts::{attempted_providers, class_reason, ended_over_budget, from_record};
 use super::pod_status::DesiredPod;
@@ -57,16 +58,42 @@ impl Reconciler {
         if w.rank.is_some() {
             planner.ranker = pod_planner.ranker;
         }
+        let span = tracing::Span::current();
+        span.record("neocloud.policy", name.as_str());
+        span.record("neocloud.policy.digest", resolved.digest.as_str());
         let note = format!(" under policy {name} ({})", resolved.digest);
         Ok((planner, resolved.fallback, note))
     }
 
-    /// Plans and rents (after looking for an instance an earlier run may have rented).
+    /// Plans and rents (after looking for an instance an earlier run may have rented), in the
+    /// placement's trace when traces are exported.
     pub(super) async fn place(
         &self,
         pod: &Pod,
         b: CloudPodBinding,
         status: CloudPodBindingStatus,
+    ) -> Result<Action, Error> {
+        let span = tracing::info_span!(
+            target: crate::telemetry::TARGET,
+            "place pod",
+            "k8s.namespace.name" = %pod.namespace().unwrap_or_default(),
+            "k8s.pod.name" = %pod.name_any(),
+            "k8s.pod.uid" = %pod.uid().unwrap_or_default(),
+            "neocloud.binding" = %b.spec.external_name,
+            "neocloud.policy" = tracing::field::Empty,
+            "neocloud.policy.digest" = tracing::field::Empty,
+        );
+        // Boxed: the placement's future is large, and waits for its turn in the queue.
+        Box::pin(self.place_traced(pod, b, status))
+            .instrument(span)
+            .await
+    }
+
+    async fn place_traced(
+        &self,
+        pod: &Pod,
+        b: CloudPodBinding,
+        mut status: CloudPodBindingStatus,
     ) -> Result<Action, Error> {
         // An instance of unknown fate is looked up before anything is rented: while a provider
         // it may live on backs off, the Pod waits rather than rent elsewhere.
@@ -88,7 +115,9 @@ impl Reconciler {
         if super::rebuild::rental_in_flight(&status).is_some() {
             self.renter.budget.release(&binding_key(&b));
         }
-        let (w, planner) = match self.workload(pod) {
+        let translated = tracing::info_span!(target: crate::telemetry::TARGET, "translate")
+            .in_scope(|| self.workload(pod));
+        let (w, planner) = match translated {
             Ok(ok) => ok,
             Err(why) => return self.fail(pod, &b, "Unsupported", why).await,
         };
@@ -143,6 +172,9 @@ impl Reconciler {
             history: &history,
             boot: boot.as_deref(),
         };
+        if let Some(traceparent) = crate::telemetry::traceparent(&tracing::Span::current()) {
+            status.traceparent = Some(traceparent);
+        }
         let decider = w.policy.clone().unwrap_or_else(|| "default".to_owned());
         let recorder = BindingRecorder::new(self, pod, decider, b.clone(), status);
         let result = broker.place(&placement, &recorder).await;

@@ -355,6 +355,7 @@ impl Reconciler {
                     status.reason = Some("Running".into());
                     status.message = Some(format!("{} is running", describe(i)));
                     if b.status.as_ref().map(|s| s.phase) != Some(BindingPhase::Running) {
+                        trace_wait(&status, i);
                         started = Some(format!(
                             "{} is running; ports: {}",
                             describe(i),
@@ -688,4 +689,32 @@ fn summary(w: &WorkloadSpec) -> WorkloadSummary {
         providers: w.providers.iter().map(|p| p.as_str().to_owned()).collect(),
         regions: w.regions.clone(),
     }
+}
+
+/// Closes the placement's trace with the wait from the rental to the instance Running: a span
+/// from the last rental's answer to now, under the binding's `traceparent`.
+fn trace_wait(status: &CloudPodBindingStatus, i: &InstanceState) {
+    let Some(traceparent) = status.traceparent.as_deref() else {
+        return;
+    };
+    let rented = status
+        .attempts
+        .iter()
+        .rev()
+        .find(|a| a.outcome == crate::crd::AttemptOutcome::Created)
+        .and_then(|a| a.finished_at.as_deref())
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+    let Some(rented) = rented else {
+        return;
+    };
+    let start = std::time::SystemTime::from(rented.with_timezone(&chrono::Utc));
+    crate::telemetry::record_after(
+        traceparent,
+        "wait for running",
+        start,
+        vec![
+            opentelemetry::KeyValue::new("neocloud.provider", i.provider.to_string()),
+            opentelemetry::KeyValue::new("neocloud.instance", i.id.clone()),
+        ],
+    );
 }
