@@ -238,8 +238,22 @@ impl PolicyRegistry {
             Entry::Loaded { policy, .. } => status::status_for(bp, Ok(policy)),
             Entry::Failed { errors, .. } => status::status_for(bp, Err(errors)),
         };
-        if let Err(error) = status::write(&self.client, bp, &desired).await {
-            tracing::warn!(policy = %name, %error, "failed to write BurstPolicy status");
+        match status::write(&self.client, bp, &desired).await {
+            Err(error) => {
+                tracing::warn!(policy = %name, %error, "failed to write BurstPolicy status")
+            }
+            // A policy kept to load again keeps the status just written, so the next failure
+            // of the same kind writes nothing and keeps its transition time.
+            Ok(()) => {
+                if let Some(Entry::Failed {
+                    retry: Some(kept), ..
+                }) = self.write().get_mut(&name).filter(|e| e.is_for(bp))
+                {
+                    let mut seen = bp.clone();
+                    seen.status = Some(desired);
+                    *kept = Arc::new(seen);
+                }
+            }
         }
     }
 
