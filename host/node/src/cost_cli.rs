@@ -17,7 +17,7 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde::Serialize;
 
-use crate::crd::{AttemptOutcome, BindingPhase, CloudPodBinding};
+use crate::crd::{BindingPhase, CloudPodBinding};
 
 /// `neocloud-node cost <command>`.
 #[derive(Debug, clap::Subcommand)]
@@ -125,15 +125,9 @@ fn cost_of(b: &CloudPodBinding, now: DateTime<Utc>) -> Cost {
     let mut usd = s.cost_accrued_usd;
     if running
         && let Some(price) = s.price_per_hour
-        && let Some(since) = s
-            .attempts
-            .iter()
-            .rev()
-            .find(|a| a.outcome == AttemptOutcome::Created)
-            .and_then(|a| a.finished_at.as_deref().or(Some(a.started_at.as_str())))
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        && let Some(since) = s.rented_at()
     {
-        let ms = (now - since.with_timezone(&Utc)).num_milliseconds().max(0) as f64;
+        let ms = (now - since).num_milliseconds().max(0) as f64;
         usd += price * ms / 3_600_000.0;
     }
     Cost { running, usd }
@@ -228,7 +222,7 @@ fn report(
                 Group::Provider => status.and_then(|s| s.provider.clone()).unwrap_or_default(),
                 Group::Gpu => status
                     .and_then(|s| s.gpu.as_deref())
-                    .map(gpu_model)
+                    .map(|gpu| crate::crd::gpu_model(gpu).to_owned())
                     .unwrap_or_default(),
                 Group::Label(key) => labels
                     .get(&format!("{ns}/{}", b.spec.pod_name))
@@ -250,14 +244,6 @@ fn report(
     let mut rows: Vec<Row> = rows.into_values().collect();
     rows.sort_by(|a, b| b.usd.total_cmp(&a.usd));
     rows
-}
-
-/// `1x A40` → `A40`.
-fn gpu_model(gpu: &str) -> String {
-    gpu.split_once("x ")
-        .filter(|(count, _)| count.chars().all(|c| c.is_ascii_digit()))
-        .map_or(gpu, |(_, model)| model)
-        .to_owned()
 }
 
 fn render(rows: &[Row], groups: &[Group], format: Format) -> String {

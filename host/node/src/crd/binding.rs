@@ -171,6 +171,26 @@ pub struct CloudPodBindingStatus {
     pub observed_generation: Option<i64>,
 }
 
+impl CloudPodBindingStatus {
+    /// When the current instance was rented: the last created attempt's answer (to the second).
+    pub fn rented_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.attempts
+            .iter()
+            .rev()
+            .find(|a| a.outcome == AttemptOutcome::Created)
+            .map(|a| a.finished_at.as_deref().unwrap_or(&a.started_at))
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc))
+    }
+}
+
+/// The GPU model of a binding's `gpu` (`1x A40` -> `A40`); a value without a count as is.
+pub fn gpu_model(gpu: &str) -> &str {
+    gpu.split_once("x ")
+        .filter(|(count, _)| count.chars().all(|c| c.is_ascii_digit()))
+        .map_or(gpu, |(_, model)| model)
+}
+
 /// One rental attempt.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -13,7 +13,7 @@ mod policy;
 
 pub use binding::{
     AttemptOutcome, AttemptRecord, AttemptTally, BindingPhase, CloudPodBinding,
-    CloudPodBindingSpec, CloudPodBindingStatus, PolicyRef, WorkloadSummary,
+    CloudPodBindingSpec, CloudPodBindingStatus, PolicyRef, WorkloadSummary, gpu_model,
 };
 pub use policy::{
     BurstPolicy, BurstPolicySpec, BurstPolicyStatus, CelRules, ConfigMapKeyRef, FailurePolicy,

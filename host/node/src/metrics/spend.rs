@@ -94,11 +94,7 @@ impl SpendCounter {
     }
 
     fn labels(&self, s: &BindingSpend<'_>) -> Labels {
-        let gpu = s
-            .gpu
-            .split_once("x ")
-            .filter(|(count, _)| count.chars().all(|c| c.is_ascii_digit()))
-            .map_or(s.gpu, |(_, model)| model);
+        let gpu = crate::crd::gpu_model(s.gpu);
         let by = self.by.lock().unwrap_or_else(PoisonError::into_inner);
         by.iter()
             .map(|label| {

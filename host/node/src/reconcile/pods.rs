@@ -697,17 +697,10 @@ fn trace_wait(status: &CloudPodBindingStatus, i: &InstanceState) {
     let Some(traceparent) = status.traceparent.as_deref() else {
         return;
     };
-    let rented = status
-        .attempts
-        .iter()
-        .rev()
-        .find(|a| a.outcome == crate::crd::AttemptOutcome::Created)
-        .and_then(|a| a.finished_at.as_deref())
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
-    let Some(rented) = rented else {
+    let Some(rented) = status.rented_at() else {
         return;
     };
-    let start = std::time::SystemTime::from(rented.with_timezone(&chrono::Utc));
+    let start = std::time::SystemTime::from(rented);
     crate::telemetry::record_after(
         traceparent,
         "wait for running",
