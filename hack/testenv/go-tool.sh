@@ -1,0 +1,63 @@
+# Shared by build-registry.sh and build-otelcol.sh (sourced, not run): builds one Go tool from
+# its wrapper module under hack/testenv/<dir> with the Go module proxy, into a cache outside the
+# repository keyed by the pinned version and a hash of `hashed` (the module's go.mod, go.sum and
+# whatever else shapes the binary). The caller sets:
+#
+#   name     the binary, and the cache directory's prefix (registry, otelcol)
+#   module   the wrapper module's directory
+#   pin      the module whose pinned version names the cache (github.com/.../v3)
+#   hashed   the files whose hash keys the cache
+#   package  what `go build` builds in $module (a package path, or `.`)
+#   what     how failures name the build ("distribution", "the collector")
+#   check()  runs the built binary ($1) and fails if it does not work
+#
+# and calls `go_tool "$@"`. Prints the bin directory on the last line of stdout (`--print`:
+# without building); progress goes to stderr; skips the build when the binary is cached; fails
+# loudly, naming the step.
+
+# The pinned version of a module: its require line, in a block or alone.
+pinned() { awk -v m="$1" '$1==m && $2 ~ /^v/ {print $2} $1=="require" && $2==m {print $3}' "$2" | head -n1; }
+log() { printf 'testenv: %s\n' "$*" >&2; }
+fail() { log "FAILED: $*"; exit 1; }
+
+go_tool() {
+  local version sum cache_root bin tmp start
+  version=$(pinned "$pin" "$module/go.mod")
+  if [ -z "$version" ]; then
+    echo "testenv: cannot read the pinned version from $module/go.mod" >&2
+    exit 1
+  fi
+  sum=$(cat "${hashed[@]}" | sha256sum | cut -c1-12)
+  cache_root=${NEOCLOUD_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/neocloud-testenv}
+  bin="$cache_root/$name-$version-$sum/bin"
+
+  if [ "${1:-}" = "--print" ]; then
+    echo "$bin"
+    exit 0
+  fi
+  if [ -x "$bin/$name" ]; then
+    log "$name $version is cached in $bin"
+    echo "$bin"
+    exit 0
+  fi
+
+  command -v go >/dev/null || fail "go is not on PATH; install Go 1.26 or newer"
+  log "building $name ($what $version) into $bin"
+  log "a cold build takes 1-2 minutes on 2 cores; later runs reuse the cache"
+  tmp="$bin.tmp.$$"
+  mkdir -p "$tmp"
+  # shellcheck disable=SC2064 # the path is fixed now
+  trap "rm -rf '$tmp'" EXIT
+  export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+
+  start=$(date +%s)
+  log "[1/1] $name $version"
+  (cd "$module" && go build -trimpath -ldflags '-s -w' -o "$tmp/$name" "$package") \
+    || fail "go build of $what $version in $module"
+  [ -x "$tmp/$name" ] || fail "$name was not produced by the build"
+  check "$tmp/$name"
+  mkdir -p "$bin"
+  mv "$tmp"/* "$bin/"
+  log "$name ready in $bin after $(( $(date +%s) - start ))s"
+  echo "$bin"
+}
