@@ -39,10 +39,14 @@ const METRICS: &[&str] = &[
     "neocloud_pods",
     "neocloud_reconcile_errors_total",
     "neocloud_spend_usd_total",
+    "neocloud_pod_time_to_running_seconds",
+    "neocloud_trace_spans_exported_total",
+    "neocloud_trace_spans_dropped_total",
 ];
 const HISTOGRAMS: &[&str] = &[
     "neocloud_provider_call_duration_seconds",
     "neocloud_policy_evaluation_duration_seconds",
+    "neocloud_pod_time_to_running_seconds",
 ];
 const CHART: &str = "deploy/helm/neocloud-node";
 

@@ -5,7 +5,6 @@
 //! whichever of two replicas leads, again and again, while Pods come and go, the simulators
 //! inject faults and a cluster budget caps the spend.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use serde_json::json;
 use tokio::process::{Child, Command};
 
 mod support;
-use support::{fast_sims, free_port};
+use support::{fast_sims, free_port, http_get};
 
 struct World {
     ctx: TestContext,
@@ -185,19 +184,6 @@ impl Lcg {
             .wrapping_add(1442695040888963407);
         (self.0 >> 33) % below
     }
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -2,7 +2,8 @@
 //! exporter; `neocloud_testenv::Collector`): one trace per Pod placement with its translation,
 //! planning, provider calls, rental and the wait to Running, the Kubernetes resource and span
 //! attributes, the `traceparent` on the binding, and no Secret value anywhere in the export.
-//! With the collector stopped the node keeps placing Pods.
+//! With the collector stopped, or hanging, the node keeps placing Pods, holds no more spans than
+//! its queue's cap, and counts what it drops.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -17,17 +18,20 @@ use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
 mod support;
-use support::{fast_sims, free_port};
+use support::{fast_sims, free_port, http_get, metric};
 
 const SECRET_VALUE: &str = "s3cr3t-token-never-exported-9f2c";
 
+/// The node, exporting to `endpoint` with a queue of `queue` spans; and its metrics port.
 fn spawn(
     ctx: &TestContext,
     sims: &neocloud_cloudsim::CloudSim,
     node: &str,
     endpoint: &str,
+    queue: usize,
     dir: &std::path::Path,
-) -> Child {
+) -> (Child, u16) {
+    let metrics = free_port();
     let yaml = format!(
         "clusterId: tracetest\n\
          node: {{name: {node}, leaseRenewSeconds: 1, kubeletPort: {kubelet}}}\n\
@@ -38,12 +42,11 @@ fn spawn(
          reconciler: {{pollIntervalMs: 300, retryIntervalMs: 1000}}\n\
          sweeper: {{intervalSeconds: 3600, graceSeconds: 3600}}\n",
         kubelet = free_port(),
-        metrics = free_port(),
     );
     let config: PathBuf = dir.join("node.yaml");
     std::fs::write(&config, yaml).unwrap();
     let log = std::fs::File::create(dir.join("node.log")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
+    let child = Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
         .args(["run", "--config"])
         .arg(&config)
         .env("KUBECONFIG", ctx.control_plane.admin_kubeconfig())
@@ -53,13 +56,15 @@ fn spawn(
         .env("VAST_API_BASE_URL", sims.vast.base_url())
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         .env("OTEL_BSP_SCHEDULE_DELAY", "200")
-        .env("OTEL_BSP_MAX_QUEUE_SIZE", "512")
+        .env("OTEL_BSP_MAX_QUEUE_SIZE", queue.to_string())
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "3000")
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::null())
         .stderr(log)
         .kill_on_drop(true)
         .spawn()
-        .unwrap()
+        .unwrap();
+    (child, metrics)
 }
 
 async fn pod(ctx: &TestContext, node: &str, name: &str) {
@@ -130,11 +135,12 @@ async fn each_placement_is_one_trace_from_translation_to_running_without_secrets
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    let _node = spawn(
+    let (_node, metrics) = spawn(
         &ctx,
         &sims,
         &node,
         &collector.otlp_http_endpoint(),
+        512,
         dir.path(),
     );
     let log = dir.path().join("node.log");
@@ -227,8 +233,86 @@ async fn each_placement_is_one_trace_from_translation_to_running_without_secrets
         "a Secret value reached the traces"
     );
 
-    // The collector goes away: the node goes on placing Pods.
+    let exported = metric(
+        &http_get(metrics, "/metrics"),
+        "neocloud_trace_spans_exported_total",
+    );
+    assert!(
+        exported.is_some_and(|n| n >= spans.len() as f64),
+        "{exported:?}"
+    );
+    let body = http_get(metrics, "/metrics");
+    let placed: f64 = body
+        .lines()
+        .filter(|l| l.starts_with("neocloud_pod_time_to_running_seconds_count{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(placed, 1.0, "time to Running not observed once:\n{body}");
+
+    // The collector goes away: the node goes on placing Pods, and counts the spans it could
+    // not deliver.
     collector.stop();
     pod(&ctx, &node, "untraced").await;
     wait_running(&ctx, "untraced", &log).await;
+    let failed = r#"neocloud_trace_spans_dropped_total{reason="export_failed"}"#;
+    let mut body = String::new();
+    for _ in 0..100 {
+        body = http_get(metrics, "/metrics");
+        if metric(&body, failed).is_some_and(|n| n > 0.0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no dropped spans counted with the collector stopped:\n{body}");
+}
+
+/// A collector that accepts connections and never answers: every export waits out its timeout,
+/// the queue fills, and what does not fit is dropped and counted while Pods keep being placed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_collector_fills_the_capped_queue_and_placement_goes_on() {
+    let ctx = TestContext::new("trace-hung").await;
+    let sims = fast_sims().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = format!("neocloud-{}", ctx.namespace);
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", hole.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = hole.accept().await {
+            open.push(socket);
+        }
+    });
+    Api::<Secret>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "creds"},
+                "stringData": {"token": SECRET_VALUE}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let (mut child, metrics) = spawn(&ctx, &sims, &node, &endpoint, 4, dir.path());
+    let log = dir.path().join("node.log");
+    let names: Vec<String> = (0..8).map(|i| format!("hung-{i}")).collect();
+    for name in &names {
+        pod(&ctx, &node, name).await;
+    }
+    for name in &names {
+        wait_running(&ctx, name, &log).await;
+    }
+    // Eight placements make far more than four spans; with every export hanging, the queue
+    // holds four and the rest are dropped.
+    let full = r#"neocloud_trace_spans_dropped_total{reason="queue_full"}"#;
+    let body = http_get(metrics, "/metrics");
+    assert!(
+        metric(&body, full).is_some_and(|n| n > 0.0),
+        "no span counted as dropped on a full queue:\n{body}"
+    );
+    assert_eq!(
+        metric(&body, "neocloud_trace_spans_exported_total"),
+        Some(0.0),
+        "{body}"
+    );
+    assert!(child.try_wait().unwrap().is_none(), "the node exited");
+    held.abort();
 }

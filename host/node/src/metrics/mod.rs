@@ -43,6 +43,12 @@ const POLICY_BUCKETS: [f64; 16] = [
     1.0,
 ];
 
+/// Upper bounds (seconds) for a Pod's time from creation to Running: a second (an instance
+/// adopted warm) to an hour (a large image on a slow cloud).
+const TIME_TO_RUNNING_BUCKETS: [f64; 12] = [
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+];
+
 /// How a rental ended, for `neocloud_rentals_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RentalOutcome {
@@ -109,6 +115,11 @@ struct RentalLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ProviderLabels {
+    provider: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct CallLabels {
     provider: &'static str,
     operation: &'static str,
@@ -156,6 +167,7 @@ pub struct Metrics {
     pods: CountedGauge<PodLabels>,
     reconcile_errors: Family<ReasonLabels, Counter>,
     spend: spend::SpendCounter,
+    time_to_running: HistogramFamily<ProviderLabels>,
 }
 
 impl fmt::Debug for Metrics {
@@ -188,6 +200,7 @@ impl Metrics {
             pods: CountedGauge::default(),
             reconcile_errors: Family::default(),
             spend: spend::SpendCounter::default(),
+            time_to_running: histogram_family(&TIME_TO_RUNNING_BUCKETS),
         };
         m.register();
         m
@@ -258,6 +271,13 @@ impl Metrics {
             "USD spent on instances, by the configured labels (namespace, team, provider, gpu)",
             self.spend.family(),
         );
+        r.register_with_unit(
+            "pod_time_to_running",
+            "From a Pod's creation to its instance Running, by provider",
+            Unit::Seconds,
+            self.time_to_running.clone(),
+        );
+        crate::telemetry::register_metrics(r);
     }
 
     /// Sets what the running instances cost now, USD per hour.
@@ -328,6 +348,16 @@ impl Metrics {
             *counts.entry(labels).or_insert(0) += 1;
         }
         self.pods.replace(counts);
+    }
+
+    /// Records how long a Pod placed on `provider` took from its creation to Running.
+    pub fn observe_time_to_running(&self, provider: ProviderId, elapsed: Duration) {
+        let labels = ProviderLabels {
+            provider: provider.as_str(),
+        };
+        self.time_to_running
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Counts one rental on `provider`.

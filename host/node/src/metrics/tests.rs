@@ -190,3 +190,31 @@ fn rental_counters_accumulate_per_label_set() {
     assert_eq!(sample(&text, capacity), Some(3.0), "{text}");
     assert_eq!(sample(&text, quota), Some(1.0), "{text}");
 }
+
+#[test]
+fn time_to_running_is_a_histogram_by_provider_in_seconds() {
+    let m = Metrics::new();
+    m.observe_time_to_running(ProviderId::Runpod, Duration::from_secs(42));
+    m.observe_time_to_running(ProviderId::Vast, Duration::from_secs(400));
+    let text = m.encode();
+    let name = "neocloud_pod_time_to_running_seconds";
+    assert!(text.contains(&format!("# UNIT {name} seconds\n")), "{text}");
+    for (series, value) in [
+        (
+            format!("{name}_bucket{{le=\"30.0\",provider=\"runpod\"}}"),
+            0.0,
+        ),
+        (
+            format!("{name}_bucket{{le=\"60.0\",provider=\"runpod\"}}"),
+            1.0,
+        ),
+        (format!("{name}_count{{provider=\"runpod\"}}"), 1.0),
+        (format!("{name}_sum{{provider=\"vast\"}}"), 400.0),
+        (
+            format!("{name}_bucket{{le=\"300.0\",provider=\"vast\"}}"),
+            0.0,
+        ),
+    ] {
+        assert_eq!(sample(&text, &series), Some(value), "{series} in:\n{text}");
+    }
+}

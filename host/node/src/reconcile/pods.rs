@@ -356,6 +356,13 @@ impl Reconciler {
                     status.message = Some(format!("{} is running", describe(i)));
                     if b.status.as_ref().map(|s| s.phase) != Some(BindingPhase::Running) {
                         trace_wait(&status, i);
+                        if let Some(created) = pod.metadata.creation_timestamp.as_ref() {
+                            let waited = k8s_openapi::jiff::Timestamp::now()
+                                .duration_since(created.0)
+                                .try_into()
+                                .unwrap_or_default();
+                            self.metrics.observe_time_to_running(i.provider, waited);
+                        }
                         started = Some(format!(
                             "{} is running; ports: {}",
                             describe(i),

@@ -190,3 +190,30 @@ pub fn policy_observed(bp: &neocloud_node::crd::BurstPolicy) -> bool {
 pub fn policy_loaded(bp: &neocloud_node::crd::BurstPolicy) -> bool {
     bp.status.as_ref().is_some_and(|s| s.loaded)
 }
+
+/// `GET path` on `127.0.0.1:port` over plain HTTP/1.1: the raw response, head and body.
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The value of the sample `series` (name and labels as exposed) in a `/metrics` body, if any.
+pub fn metric(body: &str, series: &str) -> Option<f64> {
+    body.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
