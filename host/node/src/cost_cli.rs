@@ -1,9 +1,9 @@
 //! `neocloud-node cost report`: what the node's rentals cost, from the `CloudPodBinding`s in the
 //! cluster (read with the caller's kubeconfig), grouped by namespace, provider, GPU model or a
 //! Pod label, as a table, CSV or JSON. A binding's cost is what its ended instances accrued
-//! (`status.costAccruedUsd`) plus, while it runs, its price since its instance was rented. The
-//! report covers the bindings that still exist (a Pod's binding goes with the Pod); spend of
-//! deleted Pods is in `neocloud_spend_usd_total`.
+//! (`status.costAccruedUsd`) plus, while it runs, its price since its instance was rented. A
+//! deleted Pod's binding is gone with it; its `CloudPodReceipt` (kept for the node's
+//! `spend.retentionDays`) stands in for it.
 //!
 //! Not the counter (see `metrics`) nor the ledger the node keeps while it runs.
 
@@ -17,7 +17,7 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde::Serialize;
 
-use crate::crd::{BindingPhase, CloudPodBinding};
+use crate::crd::{CloudPodBinding, CloudPodReceipt};
 
 /// `neocloud-node cost <command>`.
 #[derive(Debug, clap::Subcommand)]
@@ -111,26 +111,18 @@ struct Cost {
     usd: f64,
 }
 
-/// What `b` has cost at `now`: its ended instances' accrual, and while it runs, its price since
-/// its current instance was rented (the last rented attempt's outcome time).
+/// What `b` has cost at `now` (see [`crate::crd::CloudPodBindingStatus::cost_usd_at`]).
 fn cost_of(b: &CloudPodBinding, now: DateTime<Utc>) -> Cost {
-    let Some(s) = b.status.as_ref() else {
-        return Cost {
+    b.status.as_ref().map_or(
+        Cost {
             running: false,
             usd: 0.0,
-        };
-    };
-    let running = matches!(s.phase, BindingPhase::Running | BindingPhase::Provisioning)
-        && s.instance_id.is_some();
-    let mut usd = s.cost_accrued_usd;
-    if running
-        && let Some(price) = s.price_per_hour
-        && let Some(since) = s.rented_at()
-    {
-        let ms = (now - since).num_milliseconds().max(0) as f64;
-        usd += price * ms / 3_600_000.0;
-    }
-    Cost { running, usd }
+        },
+        |s| Cost {
+            running: s.holds_instance(),
+            usd: s.cost_usd_at(now),
+        },
+    )
 }
 
 /// One row of the report.
@@ -165,9 +157,19 @@ pub async fn run(command: CostCommand) -> anyhow::Result<String> {
         .await
         .context("failed to list CloudPodBindings")?
         .items;
+    let receipts: Api<CloudPodReceipt> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let receipts = match receipts.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        // A cluster whose CRDs predate receipts: the report covers the live bindings.
+        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) => return Err(anyhow::Error::new(e).context("failed to list CloudPodReceipts")),
+    };
     let labels = pod_labels(&client, &bindings, &groups).await?;
     let now = Utc::now();
-    let rows = report(&bindings, &labels, &groups, now, now - window);
+    let rows = report(&bindings, &receipts, &labels, &groups, now, now - window);
     Ok(render(&rows, &groups, output))
 }
 
@@ -196,14 +198,32 @@ async fn pod_labels(
     Ok(labels)
 }
 
-fn report(
-    bindings: &[CloudPodBinding],
-    labels: &BTreeMap<String, BTreeMap<String, String>>,
-    groups: &[Group],
+/// What one Pod contributes to the report, from its binding or its receipt.
+struct Entry<'a> {
+    namespace: String,
+    provider: Option<&'a str>,
+    gpu: Option<&'a str>,
+    labels: Option<&'a BTreeMap<String, String>>,
+    cost: Cost,
+}
+
+fn rfc3339(t: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(t)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// The Pods in the window: bindings created within it or still running, and receipts of Pods
+/// that ended within it and whose binding is not listed (a receipt is written just before its
+/// binding goes).
+fn entries<'a>(
+    bindings: &'a [CloudPodBinding],
+    receipts: &'a [CloudPodReceipt],
+    labels: &'a BTreeMap<String, BTreeMap<String, String>>,
     now: DateTime<Utc>,
     since: DateTime<Utc>,
-) -> Vec<Row> {
-    let mut rows: BTreeMap<Vec<String>, Row> = BTreeMap::new();
+) -> Vec<Entry<'a>> {
+    let mut out = Vec::new();
     for b in bindings {
         let cost = cost_of(b, now);
         let created = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
@@ -215,17 +235,57 @@ fn report(
         }
         let ns = b.namespace().unwrap_or_default();
         let status = b.status.as_ref();
+        out.push(Entry {
+            labels: labels.get(&format!("{ns}/{}", b.spec.pod_name)),
+            namespace: ns,
+            provider: status.and_then(|s| s.provider.as_deref()),
+            gpu: status.and_then(|s| s.gpu.as_deref()),
+            cost,
+        });
+    }
+    let listed: std::collections::BTreeSet<&str> =
+        bindings.iter().map(|b| b.spec.pod_uid.as_str()).collect();
+    for r in receipts {
+        if listed.contains(r.spec.pod_uid.as_str())
+            || rfc3339(&r.spec.ended_at).is_some_and(|t| t < since)
+        {
+            continue;
+        }
+        out.push(Entry {
+            namespace: r.namespace().unwrap_or_default(),
+            provider: r.spec.provider.as_deref(),
+            gpu: r.spec.gpu.as_deref(),
+            labels: Some(&r.spec.pod_labels),
+            cost: Cost {
+                running: false,
+                usd: r.spec.cost_usd,
+            },
+        });
+    }
+    out
+}
+
+fn report(
+    bindings: &[CloudPodBinding],
+    receipts: &[CloudPodReceipt],
+    labels: &BTreeMap<String, BTreeMap<String, String>>,
+    groups: &[Group],
+    now: DateTime<Utc>,
+    since: DateTime<Utc>,
+) -> Vec<Row> {
+    let mut rows: BTreeMap<Vec<String>, Row> = BTreeMap::new();
+    for e in entries(bindings, receipts, labels, now, since) {
         let values: Vec<String> = groups
             .iter()
             .map(|g| match g {
-                Group::Namespace => ns.clone(),
-                Group::Provider => status.and_then(|s| s.provider.clone()).unwrap_or_default(),
-                Group::Gpu => status
-                    .and_then(|s| s.gpu.as_deref())
+                Group::Namespace => e.namespace.clone(),
+                Group::Provider => e.provider.unwrap_or_default().to_owned(),
+                Group::Gpu => e
+                    .gpu
                     .map(|gpu| crate::crd::gpu_model(gpu).to_owned())
                     .unwrap_or_default(),
-                Group::Label(key) => labels
-                    .get(&format!("{ns}/{}", b.spec.pod_name))
+                Group::Label(key) => e
+                    .labels
                     .and_then(|l| l.get(key))
                     .cloned()
                     .unwrap_or_default(),
@@ -238,8 +298,8 @@ fn report(
             usd: 0.0,
         });
         row.pods += 1;
-        row.running += usize::from(cost.running);
-        row.usd += cost.usd;
+        row.running += usize::from(e.cost.running);
+        row.usd += e.cost.usd;
     }
     let mut rows: Vec<Row> = rows.into_values().collect();
     rows.sort_by(|a, b| b.usd.total_cmp(&a.usd));
@@ -388,7 +448,50 @@ mod tests {
             BTreeMap::from([("team".to_owned(), "vision".to_owned())]),
         );
         let by = groups("namespace,label:team").unwrap();
-        let rows = report(&bindings, &labels, &by, now, now - Duration::days(7));
+        let receipt: CloudPodReceipt = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cloud.aibrix.ai/v1alpha1", "kind": "CloudPodReceipt",
+            "metadata": {"name": "gone-u2", "namespace": "web"},
+            "spec": {"podName": "gone", "podUid": "u2", "clusterId": "c",
+                     "podLabels": {"team": "vision"}, "provider": "lambda", "gpu": "1x A10",
+                     "boundAt": (now - Duration::hours(3)).to_rfc3339(),
+                     "endedAt": (now - Duration::hours(1)).to_rfc3339(), "costUsd": 2.0}
+        }))
+        .unwrap();
+        let mut old = receipt.clone();
+        old.spec.pod_uid = "u3".into();
+        old.spec.ended_at = (now - Duration::days(8)).to_rfc3339();
+        // A receipt whose binding is still listed is not counted twice.
+        let mut twin = receipt.clone();
+        twin.spec.pod_uid = "u".into();
+        let receipts = [receipt, old, twin];
+        let rows = report(
+            &bindings[..1],
+            &receipts,
+            &labels,
+            &groups("label:team").unwrap(),
+            now,
+            now - Duration::days(7),
+        );
+        // a (running, about 2.5) and the gone Pod (2.0); not the old receipt nor the twin.
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!((rows[0].pods, rows[0].running), (2, 1), "{rows:?}");
+        assert!((rows[0].usd - 4.5).abs() < 0.01, "{rows:?}");
+        let rows = report(
+            &bindings[1..],
+            &receipts,
+            &labels,
+            &groups("label:team,provider").unwrap(),
+            now,
+            now - Duration::days(7),
+        );
+        let gone = rows
+            .iter()
+            .find(|r| r.group["provider"] == "lambda")
+            .unwrap();
+        assert_eq!((gone.pods, gone.running, gone.usd), (1, 0, 2.0), "{rows:?}");
+        assert_eq!(gone.group["team"], "vision");
+
+        let rows = report(&bindings, &[], &labels, &by, now, now - Duration::days(7));
         assert_eq!(rows.len(), 3);
         let vision = rows.iter().find(|r| r.group["team"] == "vision").unwrap();
         assert!((vision.usd - 2.5).abs() < 0.01, "{vision:?}");

@@ -1,14 +1,16 @@
 //! `neocloud-node cost report` against the real API server: Pods in three namespaces on three
 //! providers, placed by the reconciler against the simulators; the report, grouped by
 //! namespace, provider and a Pod label, as JSON, CSV and a table, agrees with the simulators'
-//! ledgers; bad arguments are refused by name.
+//! ledgers, a Pod deleted before the report included (through its `CloudPodReceipt`, written
+//! with the node's own RBAC and expired after the retention); bad arguments are refused by name.
 
 use std::process::{Command, Output};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use neocloud_node::crd::CloudPodReceipt;
 use serde_json::{Value, json};
 
 mod support;
@@ -93,6 +95,47 @@ async fn the_report_groups_what_the_simulators_billed() {
         wait_running(&world, ns, name).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // The Vast Pod is deleted before the report: its binding goes, its receipt stays.
+    let gone_ns = &namespaces[2];
+    Api::<Pod>::namespaced(world.ctx.client.clone(), gone_ns)
+        .delete("p-vast", &DeleteParams::default())
+        .await
+        .unwrap();
+    let receipts: Api<CloudPodReceipt> = Api::namespaced(world.ctx.client.clone(), gone_ns);
+    let mut receipt = None;
+    for _ in 0..300 {
+        let pod_gone = Api::<Pod>::namespaced(world.ctx.client.clone(), gone_ns)
+            .get_opt("p-vast")
+            .await
+            .unwrap()
+            .is_none();
+        let listed = receipts.list(&ListParams::default()).await.unwrap().items;
+        if pod_gone && let Some(r) = listed.into_iter().next() {
+            receipt = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let receipt = receipt.expect("a receipt for the deleted Pod");
+    assert_eq!(receipt.spec.pod_name, "p-vast");
+    assert_eq!(receipt.spec.provider.as_deref(), Some("vast"));
+    assert_eq!(
+        receipt.spec.pod_labels.get("team").map(String::as_str),
+        Some("speech")
+    );
+    let vast_billed: f64 = world
+        .sims
+        .ledger()
+        .entries
+        .iter()
+        .filter(|e| e.provider == "vast")
+        .map(|e| e.cost_usd)
+        .sum();
+    assert!(
+        (receipt.spec.cost_usd - vast_billed).abs() < 0.01,
+        "receipt {}, billed {vast_billed}",
+        receipt.spec.cost_usd
+    );
 
     let out = stdout(&report(
         &world,
@@ -101,7 +144,8 @@ async fn the_report_groups_what_the_simulators_billed() {
     let ledger = world.sims.ledger();
     let json: Value = serde_json::from_str(&out).unwrap();
     let rows = json["rows"].as_array().unwrap();
-    for (ns, _, team, provider) in placed {
+    for (ns, name, team, provider) in placed {
+        let gone = name == "p-vast";
         let row = rows
             .iter()
             .find(|r| r["group"]["namespace"] == ns.as_str())
@@ -110,13 +154,14 @@ async fn the_report_groups_what_the_simulators_billed() {
         assert_eq!(row["group"]["team"], team, "{out}");
         assert_eq!(
             (row["pods"].as_u64(), row["running"].as_u64()),
-            (Some(1), Some(1))
+            (Some(1), Some(u64::from(!gone))),
+            "{out}"
         );
         let usd = row["usd"].as_f64().unwrap();
         let billed: f64 = ledger
             .entries
             .iter()
-            .filter(|e| e.provider == provider && e.is_live())
+            .filter(|e| e.provider == provider && (gone || e.is_live()))
             .map(|e| e.cost_usd)
             .sum();
         assert!(usd > 0.0, "{out}");
@@ -133,12 +178,27 @@ async fn the_report_groups_what_the_simulators_billed() {
     assert_eq!(lines[0], "team,pods,running,usd", "{csv}");
     assert_eq!(lines.len(), 3, "two teams: {csv}");
     assert!(lines.iter().any(|l| l.starts_with("vision,2,2,")), "{csv}");
+    assert!(lines.iter().any(|l| l.starts_with("speech,1,0,")), "{csv}");
     let table = stdout(&report(&world, &["--by", "provider", "-n", &base]));
     assert!(table.starts_with("PROVIDER  PODS  RUNNING  USD"), "{table}");
     assert_eq!(
         table.lines().count(),
         3,
         "one provider and the total: {table}"
+    );
+
+    // Receipts go once the retention (30 days by default) is past, and not before.
+    let node = world.current.clone().unwrap();
+    assert_eq!(node.expire_receipts(chrono::Utc::now()).await.unwrap(), 0);
+    let later = chrono::Utc::now() + chrono::Duration::days(31);
+    assert_eq!(node.expire_receipts(later).await.unwrap(), 1);
+    assert!(
+        receipts
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
     );
 
     for (args, why) in [

@@ -502,6 +502,9 @@ fn the_listed_metrics_are_what_the_node_exports() {
     m.record_sweeper_deletion(ProviderId::Fake, true);
     m.set_pods(["Running"]);
     m.record_reconcile_error("provider");
+    m.observe_time_to_running(ProviderId::Fake, Duration::from_secs(3));
+    // Reading a reason's count creates its series (at 0).
+    neocloud_node::telemetry::dropped(neocloud_node::telemetry::DropReason::QueueFull);
     m.observe_spend(&neocloud_node::metrics::BindingSpend {
         binding: "ml/a",
         accrued_usd: 1.0,

@@ -182,6 +182,28 @@ impl CloudPodBindingStatus {
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             .map(|t| t.with_timezone(&chrono::Utc))
     }
+
+    /// Whether an instance is held (provisioning or running).
+    pub fn holds_instance(&self) -> bool {
+        matches!(
+            self.phase,
+            BindingPhase::Running | BindingPhase::Provisioning
+        ) && self.instance_id.is_some()
+    }
+
+    /// What the binding has cost at `now`, USD: its ended instances' accrual, and while it holds
+    /// an instance, that instance's price since it was rented.
+    pub fn cost_usd_at(&self, now: chrono::DateTime<chrono::Utc>) -> f64 {
+        let mut usd = self.cost_accrued_usd;
+        if self.holds_instance()
+            && let Some(price) = self.price_per_hour
+            && let Some(since) = self.rented_at()
+        {
+            let ms = (now - since).num_milliseconds().max(0) as f64;
+            usd += price * ms / 3_600_000.0;
+        }
+        usd
+    }
 }
 
 /// The GPU model of a binding's `gpu` (`1x A40` -> `A40`); a value without a count as is.

@@ -3,6 +3,8 @@
 //!
 //! - [`CloudPodBinding`] (namespaced, owned by its Pod, same name): the durable record of one
 //!   Pod's rental: its external name, constraints, policy and every attempt.
+//! - [`CloudPodReceipt`] (namespaced, named after the Pod and its UID): what a deleted Pod's
+//!   rentals cost, kept for the configured retention for `cost report`.
 //! - [`BurstPolicy`] (cluster-scoped): a placement, fallback and pricing policy as a Wasm
 //!   component or CEL rules, with its load status.
 //!
@@ -10,6 +12,7 @@
 
 mod binding;
 mod policy;
+mod receipt;
 
 pub use binding::{
     AttemptOutcome, AttemptRecord, AttemptTally, BindingPhase, CloudPodBinding,
@@ -19,6 +22,7 @@ pub use policy::{
     BurstPolicy, BurstPolicySpec, BurstPolicyStatus, CelRules, ConfigMapKeyRef, FailurePolicy,
     PolicyError, PolicyMode, SecretRef, SignatureRequirement, WasmSource,
 };
+pub use receipt::{CloudPodReceipt, CloudPodReceiptSpec, RECEIPT_CLUSTER_LABEL, receipt_name};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -28,7 +32,11 @@ pub const GROUP: &str = "cloud.aibrix.ai";
 
 /// Every CRD the node needs, in the order they should be applied.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![CloudPodBinding::crd(), BurstPolicy::crd()]
+    vec![
+        CloudPodBinding::crd(),
+        CloudPodReceipt::crd(),
+        BurstPolicy::crd(),
+    ]
 }
 
 /// Every CRD as one multi-document YAML stream, as `make manifests` writes it.

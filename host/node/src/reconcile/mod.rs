@@ -24,6 +24,7 @@ mod placing;
 mod pod_status;
 mod pods;
 mod rebuild;
+mod receipts;
 mod recorder;
 mod release;
 mod rented;
@@ -87,6 +88,8 @@ pub struct ReconcilerConfig {
     pub watch_namespaces: Option<Vec<String>>,
     /// The Pod label whose value `neocloud_spend_usd_total`'s `team` label carries.
     pub team_label: Option<String>,
+    /// How long a deleted Pod's `CloudPodReceipt` is kept; `None`: no receipts are written.
+    pub receipt_retention: Option<Duration>,
 }
 
 impl ReconcilerConfig {
@@ -104,6 +107,7 @@ impl ReconcilerConfig {
             runners: None,
             watch_namespaces: None,
             team_label: None,
+            receipt_retention: Some(Duration::from_secs(30 * 86_400)),
         }
     }
 }

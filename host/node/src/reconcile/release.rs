@@ -79,13 +79,17 @@ impl Reconciler {
     /// Releases the instances of a binding about to be removed (its Pod is being deleted or is
     /// gone): nothing is written to it, since the Pod's deletion (or absence) is what the next
     /// reconcile starts from if this one is interrupted; once every provider confirms the
-    /// instances gone, the finalizer is dropped.
+    /// instances gone, the Pod's receipt is written and the finalizer is dropped.
     pub(super) async fn release_for_removal(&self, b: &CloudPodBinding) -> Result<Release, Error> {
         let waiting = self.delete_instances(b).await?;
         if !waiting.is_empty() {
             return Ok(Release::Waiting(waiting.join("; ")));
         }
-        self.stop_spending(b);
+        // The ledger's figure, or what the binding says if this leader never counted it (a
+        // Pod that finished before it took over): whichever knows more.
+        let recorded = b.status.as_ref().map_or(0.0, |s| s.cost_usd_at(Utc::now()));
+        let usd = self.stop_spending(b).unwrap_or(0.0).max(recorded);
+        self.keep_receipt(b, usd).await?;
         self.drop_finalizer(b).await?;
         Ok(Release::Done)
     }

@@ -72,6 +72,19 @@ pub async fn check_health(renter: Renter, every: Duration, tx: watch::Sender<Hea
     }
 }
 
+/// Deletes receipts past the retention, at start and every 10 minutes; a failure is logged and
+/// tried again at the next round.
+pub async fn expire_receipts(reconciler: Arc<Reconciler>) {
+    loop {
+        match reconciler.expire_receipts(Utc::now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(receipts = n, "deleted receipts past their retention"),
+            Err(e) => tracing::warn!(error = %e, "failed to expire CloudPodReceipts"),
+        }
+        tokio::time::sleep(Duration::from_secs(600)).await;
+    }
+}
+
 /// Refreshes the gauges every 5 s: cost, instances by provider and phase (from bindings), Pods
 /// by phase; and counts what each binding spent since into `neocloud_spend_usd_total`. They are read from the reconciler's caches: listing the node's Pods and bindings
 /// instead costs megabytes per refresh at 1,000 Pods.

@@ -78,6 +78,14 @@ pub struct SpendSettings {
     /// The Pod label whose value is the `team` label (required when `labels` has `team`).
     #[serde(default)]
     pub team_label: Option<String>,
+    /// Days a deleted Pod's `CloudPodReceipt` is kept for `cost report` (default 30); 0 writes
+    /// none.
+    #[serde(default = "default_retention_days")]
+    pub retention_days: u32,
+}
+
+fn default_retention_days() -> u32 {
+    30
 }
 
 impl Default for SpendSettings {
@@ -85,6 +93,7 @@ impl Default for SpendSettings {
         SpendSettings {
             labels: default_spend_labels(),
             team_label: None,
+            retention_days: default_retention_days(),
         }
     }
 }
@@ -94,7 +103,19 @@ fn default_spend_labels() -> Vec<SpendLabel> {
 }
 
 impl SpendSettings {
+    /// How long receipts are kept; `None`: none are written.
+    pub fn retention(&self) -> Option<Duration> {
+        (self.retention_days > 0)
+            .then(|| Duration::from_secs(u64::from(self.retention_days) * 86_400))
+    }
+
     fn check(&self) -> anyhow::Result<()> {
+        if self.retention_days > 3_650 {
+            bail!(
+                "spend.retentionDays: {} is more than ten years (3650 days); 0 keeps no receipts",
+                self.retention_days
+            );
+        }
         if self.labels.contains(&SpendLabel::Team) && self.team_label.is_none() {
             bail!("spend.labels: team needs spend.teamLabel, the Pod label that names the team");
         }
@@ -402,6 +423,16 @@ mod tests {
     }
 
     #[test]
+    fn receipts_are_kept_thirty_days_unless_configured() {
+        let c = RunConfig::from_yaml(MINIMAL).unwrap();
+        assert_eq!(c.spend.retention(), Some(Duration::from_secs(30 * 86_400)));
+        let c = RunConfig::from_yaml(&format!("{MINIMAL}spend: {{retentionDays: 0}}\n")).unwrap();
+        assert_eq!(c.spend.retention(), None);
+        let c = RunConfig::from_yaml(&format!("{MINIMAL}spend: {{retentionDays: 90}}\n")).unwrap();
+        assert_eq!(c.spend.retention(), Some(Duration::from_secs(90 * 86_400)));
+    }
+
+    #[test]
     fn an_unset_cluster_id_is_left_to_be_derived() {
         let c = RunConfig::from_yaml("node: {name: neocloud-node}\n").unwrap();
         assert_eq!(c.cluster_id, None);
@@ -430,6 +461,14 @@ mod tests {
             (
                 "clusterId: p\nnode: {name: n}\nspend: {labels: [namespace, team]}\n",
                 "spend.labels: team needs spend.teamLabel",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nspend: {retentionDays: 4000}\n",
+                "spend.retentionDays: 4000 is more than ten years",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nspend: {retentionDays: -1}\n",
+                "retentionDays",
             ),
             (
                 "clusterId: p\nnode: {name: n}\nspend: {labels: [pod]}\n",

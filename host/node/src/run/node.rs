@@ -18,7 +18,7 @@ use neocloud_policy::wasm::{EngineConfig, WasmEngine};
 use tokio::sync::{oneshot, watch};
 
 use super::RunConfig;
-use super::background::{check_health, gauges};
+use super::background::{check_health, expire_receipts, gauges};
 use super::startup::Started;
 use crate::metrics;
 use crate::policies::PolicyRegistry;
@@ -91,6 +91,8 @@ pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<()>
         }),
     );
     s.tasks
+        .spawn("receipts", expire_receipts(Arc::clone(&reconciler)));
+    s.tasks
         .spawn("gauges", gauges(reconciler, renter, Arc::clone(&s.metrics)));
     Ok(())
 }
@@ -156,6 +158,7 @@ fn reconciler(
     rc.runners = runners;
     rc.watch_namespaces = cfg.watch_namespaces.clone();
     rc.team_label = cfg.spend.team_label.clone();
+    rc.receipt_retention = cfg.spend.retention();
     let cel = Arc::new(CelEngine::new(CelLimits::default()));
     let wasm = WasmEngine::new(EngineConfig::default())
         .map_err(|e| anyhow::anyhow!("failed to start the Wasm policy engine: {e}"))?;

@@ -38,6 +38,8 @@ pub struct World {
     pub renter: Renter,
     pub metrics: Arc<Metrics>,
     pub reconciler: Option<JoinHandle<()>>,
+    /// The reconciler the last `start` made, for calls a test makes on it directly.
+    pub current: Option<Arc<Reconciler>>,
     pub policies: Option<JoinHandle<()>>,
     pub _heartbeat: JoinHandle<()>,
     pub _health: watch::Sender<Health>,
@@ -106,6 +108,7 @@ impl World {
             renter,
             metrics: Arc::new(Metrics::new()),
             reconciler: None,
+            current: None,
             policies: None,
             _heartbeat: heartbeat,
             _health: tx,
@@ -151,6 +154,7 @@ impl World {
             Some(registry),
         );
         self.policies = Some(policies);
+        self.current = Some(Arc::clone(&r));
         self.reconciler = Some(tokio::spawn(r.run(None)));
     }
 
