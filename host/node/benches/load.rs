@@ -9,7 +9,9 @@
 //! virtual-kubelet workers, default 32), `LOAD_TIMEOUT_SECS` (per phase, default 600) and
 //! `LOAD_RUST_LOG` (NeoCloud's log filter, default the node's own), `LOAD_NODE_WRAPPER` (a profiler
 //! command to run NeoCloud under, such as `heaptrack -o /tmp/ncn`), `LOAD_POLL_MS` (NeoCloud's `reconciler.pollIntervalMs`, default 250) and `LOAD_IMPLS`
-//! (comma-separated, default `neocloud,vk`). `vk` is virtual-kubelet with as many workers as
+//! (comma-separated, default `neocloud,vk`). `neocloud-otel` exports traces to a real
+//! OpenTelemetry Collector (`neocloud_testenv::Collector`); `neocloud-otel-hung` to one that
+//! accepts connections and never answers (every export times out, the queue stays full). `vk` is virtual-kubelet with as many workers as
 //! NeoCloud's concurrency and client QPS 1000, but the library's default work-queue limiter
 //! (10/s, burst 100); `vk-fast` also lifts that limiter to 1000/s; `vk-defaults` keeps every
 //! default (client-go's 5 QPS, burst 10; 10 workers).
@@ -46,6 +48,8 @@ use tracker::Tracker;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Impl {
     NeoCloud,
+    NeoCloudOtel,
+    NeoCloudOtelHung,
     Vk,
     VkFast,
     VkDefaults,
@@ -55,10 +59,15 @@ impl Impl {
     fn parse(s: &str) -> Impl {
         match s.trim() {
             "neocloud" => Impl::NeoCloud,
+            "neocloud-otel" => Impl::NeoCloudOtel,
+            "neocloud-otel-hung" => Impl::NeoCloudOtelHung,
             "vk" => Impl::Vk,
             "vk-fast" => Impl::VkFast,
             "vk-defaults" => Impl::VkDefaults,
-            other => panic!("LOAD_IMPLS: {other:?} is not neocloud, vk, vk-fast or vk-defaults"),
+            other => panic!(
+                "LOAD_IMPLS: {other:?} is not neocloud, neocloud-otel, neocloud-otel-hung, vk, \
+                 vk-fast or vk-defaults"
+            ),
         }
     }
 
@@ -66,6 +75,12 @@ impl Impl {
         match self {
             Impl::NeoCloud => format!(
                 "NeoCloud Node (fake provider, concurrency {concurrency}, poll {poll_ms} ms)"
+            ),
+            Impl::NeoCloudOtel => format!(
+                "NeoCloud Node, traces to a live collector (concurrency {concurrency}, poll {poll_ms} ms)"
+            ),
+            Impl::NeoCloudOtelHung => format!(
+                "NeoCloud Node, traces to a hung collector (concurrency {concurrency}, poll {poll_ms} ms)"
             ),
             Impl::Vk => format!(
                 "virtual-kubelet v1.14.1 (in-memory, {concurrency} workers, QPS 1000/burst 2000)"
@@ -82,6 +97,8 @@ impl Impl {
     fn slug(self) -> &'static str {
         match self {
             Impl::NeoCloud => "load-neocloud",
+            Impl::NeoCloudOtel => "load-otel",
+            Impl::NeoCloudOtelHung => "load-otelhung",
             Impl::Vk => "load-vk",
             Impl::VkFast => "load-vkfast",
             Impl::VkDefaults => "load-vkdef",
@@ -143,6 +160,90 @@ struct Row {
     requests_up: Requests,
     /// Requests it served from the delete to all gone, without the bench's own delete.
     requests_down: Requests,
+    /// NeoCloud's trace span counters at the end: exported, dropped.
+    spans: Option<(f64, f64)>,
+}
+
+impl Impl {
+    fn is_neocloud(self) -> bool {
+        matches!(
+            self,
+            Impl::NeoCloud | Impl::NeoCloudOtel | Impl::NeoCloudOtelHung
+        )
+    }
+}
+
+/// Where a NeoCloud run sends its spans, kept alive for the run.
+enum SpanSink {
+    None,
+    Collector(neocloud_testenv::Collector),
+    Hung(String, tokio::task::JoinHandle<()>),
+}
+
+impl SpanSink {
+    async fn start(imp: Impl) -> SpanSink {
+        match imp {
+            Impl::NeoCloudOtel => SpanSink::Collector(
+                neocloud_testenv::Collector::start()
+                    .await
+                    .expect("the OpenTelemetry Collector (make testenv)"),
+            ),
+            Impl::NeoCloudOtelHung => {
+                let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let endpoint = format!("http://{}", hole.local_addr().unwrap());
+                let held = tokio::spawn(async move {
+                    let mut open = Vec::new();
+                    while let Ok((socket, _)) = hole.accept().await {
+                        open.push(socket);
+                    }
+                });
+                SpanSink::Hung(endpoint, held)
+            }
+            _ => SpanSink::None,
+        }
+    }
+
+    fn endpoint(&self) -> Option<String> {
+        match self {
+            SpanSink::None => None,
+            SpanSink::Collector(c) => Some(c.otlp_http_endpoint()),
+            SpanSink::Hung(endpoint, _) => Some(endpoint.clone()),
+        }
+    }
+}
+
+impl Drop for SpanSink {
+    fn drop(&mut self) {
+        match self {
+            SpanSink::None => {}
+            SpanSink::Collector(c) => c.stop(),
+            SpanSink::Hung(_, held) => held.abort(),
+        }
+    }
+}
+
+/// `neocloud_trace_spans_exported_total` and the sum of `neocloud_trace_spans_dropped_total`.
+fn span_counts(metrics_port: u16) -> Option<(f64, f64)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    let value = |l: &str| l.rsplit(' ').next()?.parse::<f64>().ok();
+    let exported = body
+        .lines()
+        .find(|l| l.starts_with("neocloud_trace_spans_exported_total "))
+        .and_then(value)?;
+    let dropped = body
+        .lines()
+        .filter(|l| l.starts_with("neocloud_trace_spans_dropped_total{"))
+        .filter_map(value)
+        .fold(0.0, |a, b| a + b);
+    Some((exported, dropped))
 }
 
 fn main() {
@@ -185,7 +286,20 @@ async fn measure(
     let dir = target_dir().join("loadbench");
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join(format!("{}.log", ctx.namespace));
-    let mut child = spawn(ctx, imp, node, settings, vkbench, &dir, &log);
+    let sink = SpanSink::start(imp).await;
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let launch = Launch {
+        vkbench,
+        dir: &dir,
+        log: &log,
+        metrics_port,
+        otlp: sink.endpoint(),
+    };
+    let mut child = spawn(ctx, imp, node, settings, &launch);
     let pid = child.id().unwrap();
     wait_registered(ctx, node, &mut child, &log).await;
     let idle = Usage::read(pid);
@@ -229,7 +343,13 @@ async fn measure(
     let at_end = Usage::read(pid);
     let served_down = Requests::read(&ctx.client).await;
     eprintln!("   deleted after {:.1}s", secs(deleting.elapsed()));
+    let spans = if imp.is_neocloud() {
+        span_counts(metrics_port)
+    } else {
+        None
+    };
     child.kill().await.unwrap();
+    drop(sink);
     Row {
         label: imp.label(settings.concurrency, settings.poll_ms),
         pods: settings.pods,
@@ -243,7 +363,18 @@ async fn measure(
         log,
         requests_up: served_up.since(&served_before, &[("POST pods", settings.pods as f64)]),
         requests_down: served_down.since(&served_up, &[("DELETE pods", 1.0)]),
+        spans,
     }
+}
+
+/// How a node process is started.
+struct Launch<'a> {
+    vkbench: &'a Path,
+    dir: &'a Path,
+    log: &'a Path,
+    metrics_port: u16,
+    /// The OTLP endpoint NeoCloud exports traces to, if any.
+    otlp: Option<String>,
 }
 
 fn spawn(
@@ -251,15 +382,18 @@ fn spawn(
     imp: Impl,
     node: &str,
     settings: &Settings,
-    vkbench: &Path,
-    dir: &Path,
-    log: &Path,
+    launch: &Launch<'_>,
 ) -> Child {
+    let (vkbench, log) = (launch.vkbench, launch.log);
     let kubeconfig = ctx.control_plane.admin_kubeconfig();
     let mut cmd = match imp {
-        Impl::NeoCloud => {
-            let config = dir.join(format!("{}.yaml", ctx.namespace));
-            std::fs::write(&config, neocloud_config(node, settings)).unwrap();
+        Impl::NeoCloud | Impl::NeoCloudOtel | Impl::NeoCloudOtelHung => {
+            let config = launch.dir.join(format!("{}.yaml", ctx.namespace));
+            std::fs::write(
+                &config,
+                neocloud_config(node, settings, launch.metrics_port),
+            )
+            .unwrap();
             let node_bin = env!("CARGO_BIN_EXE_neocloud-node");
             // `LOAD_NODE_WRAPPER="heaptrack -o /tmp/ncn"` runs the node under a profiler; the
             // table's CPU and memory are then the wrapper's, not the node's.
@@ -275,6 +409,10 @@ fn spawn(
             };
             cmd.args(["run", "--config"]).arg(config);
             cmd.env("GPU_BURST_PROVIDER", "fake");
+            match &launch.otlp {
+                Some(endpoint) => cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+                None => cmd.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            };
             // The node's own default filter unless a run asks for another.
             match std::env::var("LOAD_RUST_LOG") {
                 Ok(filter) => cmd.env("RUST_LOG", filter),
@@ -305,13 +443,8 @@ fn spawn(
         .unwrap_or_else(|e| panic!("failed to start the {imp:?} node: {e}"))
 }
 
-fn neocloud_config(node: &str, settings: &Settings) -> String {
+fn neocloud_config(node: &str, settings: &Settings, port: u16) -> String {
     let (concurrency, poll) = (settings.concurrency, settings.poll_ms);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     format!(
         "clusterId: loadbench\n\
          node: {{name: {node}, maxPods: 2000, maxGpus: 2000}}\n\
@@ -519,6 +652,14 @@ fn markdown(settings: &Settings, rows: &[Row]) -> String {
             r.requests_down.total() / r.pods as f64,
             r.requests_down.per_pod(r.pods),
         ));
+    }
+    for r in rows {
+        if let Some((exported, dropped)) = r.spans {
+            out.push_str(&format!(
+                "\nTrace spans, {}: {exported:.0} exported, {dropped:.0} dropped.\n",
+                r.label
+            ));
+        }
     }
     out.push_str("\nCPU s: user+system time of the node process from its start. Logs: ");
     let logs: Vec<String> = rows.iter().map(|r| r.log.display().to_string()).collect();

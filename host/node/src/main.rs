@@ -95,11 +95,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .with_ansi(colour())
         .with_filter(filter);
     let cluster = run_config.as_ref().and_then(|c| c.cluster_id.clone());
-    let exported = match &run_config {
+    let (telemetry, spans) = match &run_config {
         Some(_) => neocloud_node::telemetry::start(cluster.as_deref())?,
-        None => None,
+        None => (None, None),
     };
-    let (telemetry, spans) = exported.unzip();
     tracing_subscriber::registry().with(logs).with(spans).init();
     let out = match cli.command {
         Command::Run { .. } => {

@@ -1,5 +1,8 @@
-//! OTLP trace export, off unless `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set (and `OTEL_SDK_DISABLED` is not `true`): one trace per
+//! OTLP export, off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or the per-signal
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) is set, and
+//! neither `OTEL_SDK_DISABLED=true` nor `OTEL_<SIGNAL>S_EXPORTER=none`. Metrics: every family of
+//! `/metrics`, every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default; see `metrics::otlp`).
+//! Traces: one trace per
 //! Pod placement (translation, policy evaluations, planning, each provider call, the rental),
 //! and a span for the wait from the rental to the Pod Running, parented by the `traceparent`
 //! kept on the binding. Spans go over OTLP/HTTP protobuf through a batch processor with a
@@ -16,8 +19,8 @@
 //! Only the node's own spans are exported (target [`TARGET`]); its log lines and kube-runtime's
 //! spans are not.
 
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use opentelemetry::Context;
@@ -25,6 +28,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::trace::{Span as _, TraceContextExt, Tracer as _, TracerProvider as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
     SpanProcessor,
@@ -45,45 +49,72 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// The exporter's provider, to flush at exit.
+/// The exporters' providers, to flush at exit.
 #[derive(Debug)]
 pub struct Telemetry {
-    provider: SdkTracerProvider,
+    traces: Option<SdkTracerProvider>,
+    metrics: Option<SdkMeterProvider>,
 }
 
 impl Telemetry {
-    /// Sends what is queued (bounded by the exporter's timeout).
+    /// Sends what is queued (bounded by the exporters' timeouts).
     pub fn shutdown(self) {
-        if let Err(e) = self.provider.shutdown() {
+        if let Some(traces) = self.traces
+            && let Err(e) = traces.shutdown()
+        {
             tracing::warn!(error = %e, "telemetry: flushing spans at exit failed");
+        }
+        if let Some(metrics) = self.metrics
+            && let Err(e) = metrics.shutdown()
+        {
+            tracing::warn!(error = %e, "telemetry: exporting metrics at exit failed");
         }
     }
 }
 
-/// Whether the standard variables ask for trace export.
-pub fn requested() -> bool {
-    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
-    let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
-    !disabled && (set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") || set("OTEL_EXPORTER_OTLP_ENDPOINT"))
+fn set(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.trim().is_empty())
 }
 
-/// The exporter and the `tracing` layer that feeds it, when [`requested`]; `cluster` names
-/// the cluster in the resource.
+fn none(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v.trim().eq_ignore_ascii_case("none"))
+}
+
+fn disabled() -> bool {
+    std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// Whether the standard variables ask for trace export.
+pub fn requested() -> bool {
+    !disabled()
+        && !none("OTEL_TRACES_EXPORTER")
+        && (set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") || set("OTEL_EXPORTER_OTLP_ENDPOINT"))
+}
+
+/// Whether the standard variables ask for metric export.
+pub fn metrics_requested() -> bool {
+    !disabled()
+        && !none("OTEL_METRICS_EXPORTER")
+        && (set("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") || set("OTEL_EXPORTER_OTLP_ENDPOINT"))
+}
+
+static METER: OnceLock<SdkMeterProvider> = OnceLock::new();
+
+/// The node's meter, when metrics are exported over OTLP.
+pub fn meter() -> Option<opentelemetry::metrics::Meter> {
+    use opentelemetry::metrics::MeterProvider as _;
+    METER.get().map(|p| p.meter("neocloud-node"))
+}
+
+/// The exporters the standard variables ask for ([`requested`], [`metrics_requested`]), and the
+/// `tracing` layer that feeds spans to the first; `cluster` names the cluster in the resource.
+/// Metrics reach the meter once `crate::metrics::Metrics::export_otlp` is called with it.
 pub fn start<S>(
     cluster: Option<&str>,
-) -> anyhow::Result<Option<(Telemetry, impl tracing_subscriber::Layer<S>)>>
+) -> anyhow::Result<(Option<Telemetry>, Option<impl tracing_subscriber::Layer<S>>)>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
-    if !requested() {
-        return Ok(None);
-    }
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .build()
-        .map_err(|e| {
-            anyhow::anyhow!("OTEL_EXPORTER_OTLP_*: cannot build the OTLP exporter: {e}")
-        })?;
     let mut attributes = vec![KeyValue::new("service.version", env!("CARGO_PKG_VERSION"))];
     if let Some(cluster) = cluster {
         attributes.push(KeyValue::new("k8s.cluster.name", cluster.to_owned()));
@@ -92,6 +123,36 @@ where
         .with_service_name("neocloud-node")
         .with_attributes(attributes)
         .build();
+    let metrics = if metrics_requested() {
+        let exporter = opentelemetry_otlp::MetricExporter::builder()
+            .with_http()
+            .build()
+            .map_err(|e| {
+                anyhow::anyhow!("OTEL_EXPORTER_OTLP_*: cannot build the OTLP metric exporter: {e}")
+            })?;
+        let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter).build();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(reader)
+            .with_resource(resource.clone())
+            .build();
+        let _ = METER.set(provider.clone());
+        Some(provider)
+    } else {
+        None
+    };
+    if !requested() {
+        let telemetry = metrics.map(|metrics| Telemetry {
+            traces: None,
+            metrics: Some(metrics),
+        });
+        return Ok((telemetry, None));
+    }
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .build()
+        .map_err(|e| {
+            anyhow::anyhow!("OTEL_EXPORTER_OTLP_*: cannot build the OTLP exporter: {e}")
+        })?;
     let queue = queue_size()?;
     let counted = CountingExporter {
         inner: exporter,
@@ -124,7 +185,11 @@ where
             tracing_subscriber::filter::Targets::new().with_target(TARGET, tracing::Level::TRACE),
         );
     ENABLED.store(true, Ordering::Relaxed);
-    Ok(Some((Telemetry { provider }, layer)))
+    let telemetry = Telemetry {
+        traces: Some(provider),
+        metrics,
+    };
+    Ok((Some(telemetry), Some(layer)))
 }
 
 use tracing_subscriber::Layer as _;

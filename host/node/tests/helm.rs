@@ -15,10 +15,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use neocloud_core::{FailureClass, InstancePhase, ProviderId};
-use neocloud_node::metrics::{Metrics, PolicyKind, RentalOutcome};
+use neocloud_core::ProviderId;
+use neocloud_node::metrics::Metrics;
 use neocloud_node::run::RunConfig;
-use neocloud_providers::Operation;
 use neocloud_testenv::TestContext;
 use serde_json::Value;
 
@@ -489,30 +488,7 @@ fn the_dashboard_charts_every_node_metric_and_no_other() {
 #[test]
 fn the_listed_metrics_are_what_the_node_exports() {
     let m = Metrics::new();
-    m.set_burn_rate(1.0);
-    m.set_budget_in_flight(1.0);
-    m.set_budget_cap(Some(2.0));
-    m.set_instances([(ProviderId::Fake, InstancePhase::Running)]);
-    m.record_rental(
-        ProviderId::Fake,
-        RentalOutcome::Failed(FailureClass::RateLimited),
-    );
-    m.observe_provider_call(ProviderId::Fake, Operation::Create, "ok", Duration::ZERO);
-    m.observe_policy_evaluation("p", PolicyKind::Pricing, true, Duration::ZERO);
-    m.record_sweeper_deletion(ProviderId::Fake, true);
-    m.set_pods(["Running"]);
-    m.record_reconcile_error("provider");
-    m.observe_time_to_running(ProviderId::Fake, Duration::from_secs(3));
-    // Reading a reason's count creates its series (at 0).
-    neocloud_node::telemetry::dropped(neocloud_node::telemetry::DropReason::QueueFull);
-    m.observe_spend(&neocloud_node::metrics::BindingSpend {
-        binding: "ml/a",
-        accrued_usd: 1.0,
-        namespace: "ml",
-        team: None,
-        provider: "fake",
-        gpu: "1x A40",
-    });
+    m.record_in_every_family();
     let exported: BTreeSet<String> = m
         .encode()
         .lines()

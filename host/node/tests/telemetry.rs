@@ -56,6 +56,7 @@ fn spawn(
         .env("VAST_API_BASE_URL", sims.vast.base_url())
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "500")
         .env("OTEL_BSP_MAX_QUEUE_SIZE", queue.to_string())
         .env("OTEL_EXPORTER_OTLP_TIMEOUT", "3000")
         .env("RUST_LOG", "info")
@@ -248,6 +249,53 @@ async fn each_placement_is_one_trace_from_translation_to_running_without_secrets
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(placed, 1.0, "time to Running not observed once:\n{body}");
+
+    // The same families arrive over OTLP, under their Prometheus names, with the resource.
+    let wanted = [
+        "neocloud_rentals",
+        "neocloud_burn_rate_usd_per_hour",
+        "neocloud_provider_call_duration",
+        "neocloud_pod_time_to_running",
+        "neocloud_trace_spans_exported",
+    ];
+    let mut metrics_seen = Vec::new();
+    for _ in 0..100 {
+        metrics_seen = collector.read_metrics();
+        let names: BTreeSet<&str> = metrics_seen
+            .iter()
+            .filter_map(|m| m["name"].as_str())
+            .collect();
+        if wanted.iter().all(|w| names.contains(w)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let latest = |name: &str| {
+        metrics_seen
+            .iter()
+            .rev()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} over OTLP"))
+            .clone()
+    };
+    let rentals = latest("neocloud_rentals");
+    assert_eq!(
+        rentals["resource"]["k8s.cluster.name"], "tracetest",
+        "{rentals}"
+    );
+    assert_eq!(rentals["sum"]["isMonotonic"], true, "{rentals}");
+    let created: f64 = rentals["sum"]["dataPoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| attr_str(p, "outcome").as_deref() == Some("created"))
+        .map(|p| p["asDouble"].as_f64().unwrap_or_default())
+        .sum();
+    assert_eq!(created, 1.0, "{rentals}");
+    let waited = latest("neocloud_pod_time_to_running");
+    assert_eq!(waited["unit"], "s", "{waited}");
+    let point = &waited["histogram"]["dataPoints"][0];
+    assert_eq!(point["count"], "1", "{waited}");
 
     // The collector goes away: the node goes on placing Pods, and counts the spans it could
     // not deliver.

@@ -7,6 +7,7 @@
 
 mod family;
 mod http;
+mod otlp;
 mod policy;
 mod provider;
 mod spend;
@@ -168,6 +169,8 @@ pub struct Metrics {
     reconcile_errors: Family<ReasonLabels, Counter>,
     spend: spend::SpendCounter,
     time_to_running: HistogramFamily<ProviderLabels>,
+    /// The OTLP instruments, once [`Metrics::export_otlp`] is called.
+    otlp: std::sync::OnceLock<otlp::Instruments>,
 }
 
 impl fmt::Debug for Metrics {
@@ -201,6 +204,7 @@ impl Metrics {
             reconcile_errors: Family::default(),
             spend: spend::SpendCounter::default(),
             time_to_running: histogram_family(&TIME_TO_RUNNING_BUCKETS),
+            otlp: std::sync::OnceLock::new(),
         };
         m.register();
         m
@@ -278,6 +282,14 @@ impl Metrics {
             self.time_to_running.clone(),
         );
         crate::telemetry::register_metrics(r);
+    }
+
+    /// Exports every family over OTLP through `meter` too (the exporter is set up by
+    /// `crate::telemetry`); a second call does nothing.
+    pub fn export_otlp(self: &std::sync::Arc<Self>, meter: &opentelemetry::metrics::Meter) {
+        let _ = self
+            .otlp
+            .get_or_init(|| otlp::Instruments::new(self, meter));
     }
 
     /// Sets what the running instances cost now, USD per hour.
@@ -358,6 +370,12 @@ impl Metrics {
         self.time_to_running
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
+        if let Some(o) = self.otlp.get() {
+            o.time_to_running.record(
+                elapsed.as_secs_f64(),
+                &[opentelemetry::KeyValue::new("provider", labels.provider)],
+            );
+        }
     }
 
     /// Counts one rental on `provider`.
@@ -388,6 +406,16 @@ impl Metrics {
         self.provider_calls
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
+        if let Some(o) = self.otlp.get() {
+            o.provider_calls.record(
+                elapsed.as_secs_f64(),
+                &[
+                    opentelemetry::KeyValue::new("provider", labels.provider),
+                    opentelemetry::KeyValue::new("operation", labels.operation),
+                    opentelemetry::KeyValue::new("outcome", labels.outcome),
+                ],
+            );
+        }
     }
 
     /// Records one policy evaluation: counted by outcome (`ok` when `succeeded`, else `error`)
@@ -413,6 +441,15 @@ impl Metrics {
         self.policy_durations
             .get_or_create(&timed)
             .observe(elapsed.as_secs_f64());
+        if let Some(o) = self.otlp.get() {
+            o.policy_durations.record(
+                elapsed.as_secs_f64(),
+                &[
+                    opentelemetry::KeyValue::new("policy", timed.policy),
+                    opentelemetry::KeyValue::new("kind", timed.kind),
+                ],
+            );
+        }
     }
 
     /// Counts one orphan the sweeper deleted on `provider` (mode `deleted`), or would have
@@ -432,6 +469,36 @@ impl Metrics {
             reason: reason.to_owned(),
         };
         self.reconcile_errors.get_or_create(&labels).inc();
+    }
+
+    /// Records one sample in every family, so that the exposition lists each (for the tests
+    /// that check the README, the dashboard and the OTLP export cover every family).
+    #[doc(hidden)]
+    pub fn record_in_every_family(&self) {
+        self.set_burn_rate(1.0);
+        self.set_budget_in_flight(1.0);
+        self.set_budget_cap(Some(2.0));
+        self.set_instances([(ProviderId::Fake, InstancePhase::Running)]);
+        self.record_rental(
+            ProviderId::Fake,
+            RentalOutcome::Failed(FailureClass::RateLimited),
+        );
+        self.observe_provider_call(ProviderId::Fake, Operation::Create, "ok", Duration::ZERO);
+        self.observe_policy_evaluation("p", PolicyKind::Pricing, true, Duration::ZERO);
+        self.record_sweeper_deletion(ProviderId::Fake, true);
+        self.set_pods(["Running"]);
+        self.record_reconcile_error("provider");
+        self.observe_time_to_running(ProviderId::Fake, Duration::from_secs(3));
+        // Reading a reason's count creates its series (at 0).
+        crate::telemetry::dropped(crate::telemetry::DropReason::QueueFull);
+        self.observe_spend(&BindingSpend {
+            binding: "ml/a",
+            accrued_usd: 1.0,
+            namespace: "ml",
+            team: None,
+            provider: "fake",
+            gpu: "1x A40",
+        });
     }
 
     /// The whole registry in the OpenMetrics text format, ending with `# EOF`. Encoding into a

@@ -61,6 +61,9 @@ pub(super) async fn start(cfg: &RunConfig) -> anyhow::Result<Started> {
         .context("failed to build a Kubernetes client (KUBECONFIG or in-cluster)")?;
     let ids = cfg.provider_ids(std::env::var("GPU_BURST_PROVIDER").ok().as_deref())?;
     let metrics = Arc::new(Metrics::new());
+    if let Some(meter) = crate::telemetry::meter() {
+        metrics.export_otlp(&meter);
+    }
     metrics.set_spend_labels(&cfg.spend.labels);
     let providers = metrics::instrument(providers_from_env(&ids)?, &metrics);
     let (ready, ready_rx) = watch::channel(false);
