@@ -135,6 +135,7 @@ fn a_price_or_gpu_count_the_provider_leaves_out_comes_from_what_was_rented() {
         price_per_hour: 0.0,
         region: "US".into(),
         endpoints: Vec::new(),
+        public_ip: None,
         created_at: None,
     };
     fill_unreported(&mut i, 0.44, Some(2));

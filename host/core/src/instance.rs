@@ -94,6 +94,9 @@ pub struct InstanceState {
     pub region: String,
     /// Public endpoints, once running.
     pub endpoints: Vec<Endpoint>,
+    /// The instance's public IP address, once the provider reports one (the Pod's `podIP`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_ip: Option<String>,
     /// When the provider created it, if reported.
     pub created_at: Option<DateTime<Utc>>,
 }

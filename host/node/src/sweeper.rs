@@ -482,6 +482,7 @@ mod tests {
             price_per_hour: 0.4,
             region: "CA-MTL-1".into(),
             endpoints: vec![],
+            public_ip: None,
             created_at,
         }
     }

@@ -43,6 +43,16 @@ async fn on_each_provider_a_pod_runs_and_deleting_it_terminates_the_instance_and
                 .any(|c| c.type_ == "Ready" && c.status == "True"),
             "{ready:?}"
         );
+        // Lambda and Vast report the instance's public address: it is the Pod's IP. (RunPod
+        // reports one only with published ports, which these Pods have none of.)
+        if provider != "runpod" {
+            let ip = pod.status.as_ref().unwrap().pod_ip.clone();
+            assert!(
+                ip.as_deref()
+                    .is_some_and(|ip| ip.parse::<std::net::IpAddr>().is_ok()),
+                "{name}: podIP {ip:?}"
+            );
+        }
         let b = world.binding(name).await;
         let status = b.status.clone().unwrap();
         assert_eq!(status.phase, BindingPhase::Running, "{status:?}");
@@ -507,6 +517,18 @@ async fn a_preempted_instance_is_replaced_unless_the_pod_never_restarts() {
     }
     let second = status.instance_id.clone().unwrap();
     assert_ne!(second, first, "{status:?}");
+    // The Pod says its container was started again once.
+    let restarted = world
+        .wait_pod("always", "restartCount 1", |p| {
+            running(p)
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .and_then(|c| c.first())
+                    .is_some_and(|c| c.restart_count == 1)
+        })
+        .await;
+    assert!(running(&restarted));
     let outcomes: Vec<(AttemptOutcome, Option<&str>)> = status
         .attempts
         .iter()

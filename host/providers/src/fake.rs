@@ -199,6 +199,7 @@ impl FakeState {
             price_per_hour: request.bid_per_hour.unwrap_or(offer.price_per_hour),
             region: offer.region.clone(),
             endpoints: Vec::new(),
+            public_ip: None,
             created_at: None,
         };
         self.instances.insert(n, instance.clone());

@@ -20,6 +20,11 @@ pub struct DesiredPod {
     pub message: Option<String>,
     /// The container's state.
     pub container: Container,
+    /// The instance's public IP, reported as `podIP` once known (kept by later writes).
+    pub pod_ip: Option<String>,
+    /// How many times the Pod's container was started again on a new instance (its
+    /// `restartCount`, which later writes never lower).
+    pub restarts: i32,
 }
 
 /// The container's state as the node reports it.
@@ -51,6 +56,8 @@ impl DesiredPod {
             container: Container::Waiting {
                 reason: reason.to_owned(),
             },
+            pod_ip: None,
+            restarts: 0,
         }
     }
 
@@ -61,6 +68,8 @@ impl DesiredPod {
             reason: None,
             message: None,
             container: Container::Running,
+            pod_ip: None,
+            restarts: 0,
         }
     }
 
@@ -74,7 +83,21 @@ impl DesiredPod {
                 reason: reason.to_owned(),
                 exit_code: 1,
             },
+            pod_ip: None,
+            restarts: 0,
         }
+    }
+
+    /// The same, on `instance` after `restarts` replacements: its public IP becomes the
+    /// Pod's IP if it is a valid address.
+    pub fn on(mut self, instance: &neocloud_core::InstanceState, restarts: usize) -> DesiredPod {
+        self.pod_ip = instance
+            .public_ip
+            .as_deref()
+            .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok())
+            .map(str::to_owned);
+        self.restarts = i32::try_from(restarts).unwrap_or(i32::MAX);
+        self
     }
 
     fn ready(&self) -> bool {
@@ -92,10 +115,17 @@ pub fn is_current(pod: &Pod, want: &DesiredPod) -> bool {
         .as_ref()
         .and_then(|c| c.first())
         .is_some_and(|c| container_matches(c, want));
+    let restarts = status
+        .container_statuses
+        .as_ref()
+        .and_then(|c| c.first())
+        .map_or(0, |c| c.restart_count);
     status.phase.as_deref() == Some(want.phase)
         && status.reason == want.reason
         && status.message == want.message
         && same_container
+        && (want.pod_ip.is_none() || status.pod_ip == want.pod_ip)
+        && want.restarts <= restarts
 }
 
 fn container_matches(c: &ContainerStatus, want: &DesiredPod) -> bool {
@@ -135,6 +165,14 @@ pub fn apply_body(pod: &Pod, want: &DesiredPod, host_ip: &str, now: &str) -> Val
             .unwrap_or_else(|| now.to_owned());
         json!({"type": type_, "status": value, "lastTransitionTime": since})
     };
+    let old_restarts = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .map_or(0, |c| c.restart_count);
+    let pod_ip = want
+        .pod_ip
+        .clone()
+        .or_else(|| status.and_then(|s| s.pod_ip.clone()));
     let (name, image) = pod
         .spec
         .as_ref()
@@ -180,11 +218,15 @@ pub fn apply_body(pod: &Pod, want: &DesiredPod, host_ip: &str, now: &str) -> Val
             ],
             "containerStatuses": [{
                 "name": name, "image": image, "imageID": "",
-                "ready": want.ready(), "restartCount": 0,
+                "ready": want.ready(), "restartCount": want.restarts.max(old_restarts),
                 "started": want.ready(), "state": state,
             }],
         }
     });
+    if let Some(ip) = pod_ip {
+        body["status"]["podIP"] = json!(ip);
+        body["status"]["podIPs"] = json!([{"ip": ip}]);
+    }
     if let Some(reason) = &want.reason {
         body["status"]["reason"] = json!(reason);
     }
@@ -197,6 +239,54 @@ pub fn apply_body(pod: &Pod, want: &DesiredPod, host_ip: &str, now: &str) -> Val
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn instance(ip: Option<&str>) -> neocloud_core::InstanceState {
+        neocloud_core::InstanceState {
+            provider: neocloud_core::ProviderId::Vast,
+            id: "1".into(),
+            external_name: "e".into(),
+            phase: neocloud_core::InstancePhase::Running,
+            provider_status: "running".into(),
+            message: None,
+            gpu: neocloud_core::GpuModel::from_provider("A40", None),
+            gpu_count: 1,
+            price_per_hour: 0.5,
+            region: "r".into(),
+            endpoints: Vec::new(),
+            public_ip: ip.map(str::to_owned),
+            created_at: None,
+        }
+    }
+
+    #[test]
+    fn the_instance_ip_becomes_the_pod_ip_and_stays_and_restarts_never_drop() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "main", "image": "i"}]}
+        }))
+        .unwrap();
+        let want = DesiredPod::running().on(&instance(Some("203.0.113.7")), 2);
+        let body = apply_body(&pod, &want, "10.0.0.1", "2026-12-04T10:00:00Z");
+        assert_eq!(body["status"]["podIP"], "203.0.113.7");
+        assert_eq!(body["status"]["podIPs"], json!([{"ip": "203.0.113.7"}]));
+        assert_eq!(body["status"]["containerStatuses"][0]["restartCount"], 2);
+        assert!(!is_current(&pod, &want));
+
+        // A later status that knows no IP (the Pod ended) keeps it, and the count.
+        let mut written = pod.clone();
+        written.status = Some(serde_json::from_value(body["status"].clone()).unwrap());
+        assert!(is_current(&written, &want));
+        let ended = DesiredPod::failed("Error", "exited");
+        let body = apply_body(&written, &ended, "10.0.0.1", "2026-12-04T10:05:00Z");
+        assert_eq!(body["status"]["podIP"], "203.0.113.7");
+        assert_eq!(body["status"]["containerStatuses"][0]["restartCount"], 2);
+
+        // Something that is not an address is never written.
+        let bad = DesiredPod::running().on(&instance(Some("1.2.3.4\nrm")), 0);
+        assert_eq!(bad.pod_ip, None);
+        let body = apply_body(&pod, &bad, "10.0.0.1", "2026-12-04T10:00:00Z");
+        assert!(body["status"].get("podIP").is_none(), "{body}");
+    }
 
     fn pod() -> Pod {
         serde_json::from_value(json!({

@@ -388,7 +388,8 @@ impl Reconciler {
                 };
                 let (written, ()) = tokio::join!(write, events);
                 written?;
-                self.set_pod(pod, &DesiredPod::running()).await?;
+                let want = DesiredPod::running().on(i, replacements(&status));
+                self.set_pod(pod, &want).await?;
                 return Ok(Action::requeue(self.cfg.running_poll_interval));
             }
             Some(i)
@@ -504,6 +505,7 @@ impl Reconciler {
                 reason: reason.to_owned(),
                 exit_code: code,
             },
+            ..DesiredPod::running().on(i, replaced)
         };
         if self.set_pod(pod, &want).await? {
             self.event(pod, code != 0, reason, message).await;

@@ -148,6 +148,7 @@ mod tests {
                 price_per_hour: 0.4,
                 region: "US".into(),
                 endpoints: Vec::new(),
+                public_ip: None,
                 created_at: None,
             },
             attempts,

@@ -137,6 +137,7 @@ pub(crate) fn state(instance: &Instance) -> InstanceState {
             .map(|r| r.name.clone())
             .unwrap_or_default(),
         endpoints,
+        public_ip: instance.ip.clone(),
         created_at: None,
     }
 }

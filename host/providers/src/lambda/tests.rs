@@ -76,6 +76,7 @@ fn a_preempted_instance_is_stopped_and_a_renamed_one_keeps_its_tagged_name() {
     assert_eq!(state.phase, InstancePhase::Stopped);
     assert_eq!(state.external_name, "nc-1");
     assert_eq!(state.endpoints[0].host, "198.51.100.7");
+    assert_eq!(state.public_ip.as_deref(), Some("198.51.100.7"));
     assert_eq!(convert::phase("booting"), InstancePhase::Starting);
     assert!(!convert::is_live(&convert::state(
         &serde_json::from_value(json!({"id": "x", "status": "terminating"})).unwrap()

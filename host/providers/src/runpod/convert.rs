@@ -196,6 +196,15 @@ pub(crate) fn state(pod: &Pod) -> InstanceState {
         price_per_hour: pod.cost,
         region: pod.data_center_id.clone().unwrap_or_default(),
         endpoints,
+        // Every public port of a pod is published on its host's address.
+        public_ip: pod
+            .runtime
+            .as_ref()
+            .and_then(|r| r.ports.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|p| p.public.is_some())
+            .and_then(|p| p.ip.clone()),
         created_at: pod.created_at.as_deref().and_then(parse_time),
     }
 }

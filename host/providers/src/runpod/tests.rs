@@ -99,6 +99,7 @@ fn statuses_map_to_phases_and_runtime_ports_to_endpoints() {
     assert_eq!(state.phase, InstancePhase::Running);
     assert_eq!(state.endpoints.len(), 1);
     assert_eq!(state.endpoints[0].port, 40000);
+    assert_eq!(state.public_ip.as_deref(), Some("192.0.2.10"));
     assert!(state.created_at.is_some());
 }
 

@@ -264,6 +264,13 @@ pub(crate) fn state(i: &VastInstance) -> InstanceState {
         price_per_hour: i.dph_total.unwrap_or(0.0),
         region: i.geolocation.clone().unwrap_or_default(),
         endpoints: endpoints(i),
+        // The API has been seen to pad it with whitespace.
+        public_ip: i
+            .public_ipaddr
+            .as_deref()
+            .map(str::trim)
+            .filter(|ip| !ip.is_empty())
+            .map(str::to_owned),
         created_at: i
             .start_date
             .and_then(|s| DateTime::<Utc>::from_timestamp_millis((s * 1000.0) as i64)),

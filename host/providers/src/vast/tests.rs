@@ -143,12 +143,13 @@ fn statuses_map_to_phases_including_outbid_and_dead_hosts() {
 fn a_running_instance_exposes_its_ssh_port_on_the_public_address() {
     let state = convert::state(&instance(json!({
         "id": 20000001, "label": "nc-1", "actual_status": "running", "gpu_name": "GTX 1070",
-        "gpu_ram": 8192, "dph_total": 0.08, "geolocation": "Oslo, NO", "public_ipaddr": "203.0.113.5",
+        "gpu_ram": 8192, "dph_total": 0.08, "geolocation": "Oslo, NO", "public_ipaddr": "203.0.113.5\n",
         "ports": {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": "20001"}]}, "start_date": 1764670000.5
     })));
     assert_eq!(state.external_name, "nc-1");
     assert_eq!(state.phase, InstancePhase::Running);
     assert_eq!(state.endpoints[0].port, 20001);
     assert_eq!(state.endpoints[0].container_port, 22);
+    assert_eq!(state.public_ip.as_deref(), Some("203.0.113.5"));
     assert!(state.created_at.is_some());
 }
