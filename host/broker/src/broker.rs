@@ -36,8 +36,8 @@ pub struct Placement<'a> {
     pub env: &'a [(String, String)],
     /// Attempts from earlier rounds.
     pub history: &'a [Attempt],
-    /// Boot data for VM providers (see `CreateRequest::boot`).
-    pub boot: Option<&'a str>,
+    /// How the node's runner starts on the instance (see `CreateRequest::boot`).
+    pub boot: Option<&'a neocloud_providers::Boot>,
 }
 
 /// Cost figures for metrics.

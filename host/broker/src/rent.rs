@@ -43,8 +43,8 @@ pub struct RentRequest<'a> {
     pub plan: &'a Plan,
     /// Attempts from earlier rounds (numbering continues after them).
     pub history: &'a [Attempt],
-    /// Boot data for VM providers (see `CreateRequest::boot`).
-    pub boot: Option<&'a str>,
+    /// How the node's runner starts on the instance (see `CreateRequest::boot`).
+    pub boot: Option<&'a neocloud_providers::Boot>,
 }
 
 /// A successful rental.
@@ -413,7 +413,7 @@ impl Renter {
             workload: req.workload.clone(),
             env: req.env.to_vec(),
             bid_per_hour: ready.price.bid_per_hour,
-            boot: req.boot.map(str::to_owned),
+            boot: req.boot.cloned(),
         };
         let mut instance = ready.provider.create(&request).await?;
         fill_unreported(

@@ -48,13 +48,27 @@ pub struct SimConfig {
     /// SSH key names registered at start (Lambda only; launch requires one that exists).
     #[serde(default = "default_ssh_keys")]
     pub ssh_key_names: Vec<String>,
-    /// Lambda only, opt-in: when an instance launched with cloud-init `user_data` becomes
-    /// active, run the `neocloud-runner` command of its `runcmd` as a local child process
-    /// (killed when the instance is terminated, restarted or preempted).
+    /// Opt-in: run the `neocloud-runner` command an instance was created with as a local child
+    /// process (leading its own process group, which is killed with the instance and when the
+    /// simulator is dropped), with the runner's arguments and environment.
+    ///
+    /// - Lambda: the `neocloud-runner` entry of the cloud-init `user_data`'s `runcmd`, with the
+    ///   env of its `systemd-run --setenv=…` prefix, once the instance is `active`; killed when
+    ///   it is terminated, restarted or preempted.
+    /// - RunPod: a start command (REST `args` string, GraphQL `dockerArgs`) of the shape
+    ///   `sh -c SCRIPT` in shell words, whose last non-empty line is
+    ///   `exec …/neocloud-runner ARGS…`, with the pod's whole `env`, once the pod is `RUNNING`
+    ///   (again after start/restart); killed when it is stopped, preempted, failed, restarted or
+    ///   deleted.
+    /// - Vast: `runtype: "args"` with `args` `["sh", "-c", SCRIPT]` of the same shape, with the
+    ///   request's `env` (without `-p …` port keys), once the instance is `running` (again after
+    ///   a start); killed when it is stopped (preempted, outbid), failed or destroyed.
+    ///
+    /// Other commands start nothing.
     #[serde(default)]
     pub run_user_data: bool,
-    /// The binary run in place of the `neocloud-runner` path written in `user_data` (for tests,
-    /// the built binary); `None` runs `neocloud-runner` from `PATH`.
+    /// The binary run in place of the `neocloud-runner` path written in `user_data` or the
+    /// start command (for tests, the built binary); `None` runs `neocloud-runner` from `PATH`.
     #[serde(default)]
     pub runner_binary: Option<std::path::PathBuf>,
 }
@@ -94,8 +108,9 @@ impl SimConfig {
         }
     }
 
-    /// Runs the runner command found in Lambda `user_data` with `binary` once the instance is
-    /// active (see [`run_user_data`](Self::run_user_data)).
+    /// Runs the runner command found in Lambda `user_data`, or in a RunPod or Vast container's
+    /// start command, with `binary` once the instance is running (see
+    /// [`run_user_data`](Self::run_user_data)).
     pub fn with_user_data_runner(mut self, binary: impl Into<std::path::PathBuf>) -> Self {
         self.run_user_data = true;
         self.runner_binary = Some(binary.into());

@@ -31,6 +31,7 @@ pub mod faults;
 pub mod lambda;
 pub mod ledger;
 pub mod market;
+mod runner;
 pub mod runpod;
 mod schema;
 mod server;

@@ -407,3 +407,87 @@ async fn authenticated_responses_carry_ratelimit_headers_and_rejected_ones_do_no
     let denied = client().get(&url).send().await.unwrap();
     assert!(denied.headers().get("ratelimit").is_none());
 }
+
+async fn pod_action(sim: &RunpodSim, id: &str, action: &str) -> (StatusCode, Value) {
+    let url = format!("{}/v2/pods/{id}/action", sim.base_url());
+    call(
+        client()
+            .post(url)
+            .bearer_auth(sim.api_key())
+            .json(&json!({"action": action})),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_start_command_runner_runs_while_the_pod_runs_with_its_env() {
+    use common::{fake_container_runner, recorded_runner, runner_script, wait_for_path};
+    let dir = tempfile::tempdir().unwrap();
+    let config = SimConfig::fast().with_user_data_runner(fake_container_runner(dir.path()));
+    let sim = RunpodSim::start(config).await.unwrap();
+    let script = runner_script(&["--callback-url", "https://node:8443", "--name", "pod a"]);
+    let mut body = pod_body("nc-runner");
+    body["args"] = json!(shlex::try_join(["sh", "-c", script.as_str()]).unwrap());
+    body["env"] = json!({"NEOCLOUD_BOOTSTRAP_TOKEN": "tok en", "NEOCLOUD_RUNNER_CREDENTIAL": "c"});
+    let (status, pod) = create(&sim, &body).await;
+    assert_eq!(status, StatusCode::CREATED, "{pod}");
+    let id = pod["id"].as_str().unwrap().to_string();
+    let args_file = dir.path().join("args");
+    assert!(wait_for_path(&args_file, true).await, "runner started");
+    assert_eq!(get(&sim, &id).await.1["status"], "RUNNING");
+    let (proc_dir, args, token, env) = recorded_runner(dir.path());
+    assert_eq!(
+        args,
+        ["--callback-url", "https://node:8443", "--name", "pod a"]
+    );
+    assert_eq!(token, "tok en");
+    assert!(
+        env.lines().any(|l| l == "NEOCLOUD_RUNNER_CREDENTIAL=c"),
+        "{env}"
+    );
+    assert!(proc_dir.exists(), "runner alive while the pod runs");
+
+    // Stopping the pod kills it; starting it again runs the start command again.
+    assert_eq!(pod_action(&sim, &id, "stop").await.0, StatusCode::OK);
+    assert!(
+        wait_for_path(&proc_dir, false).await,
+        "runner killed on stop"
+    );
+    std::fs::remove_file(&args_file).unwrap();
+    assert_eq!(pod_action(&sim, &id, "start").await.0, StatusCode::OK);
+    assert!(
+        wait_for_path(&args_file, true).await,
+        "runner started again"
+    );
+    let (proc_dir, ..) = recorded_runner(dir.path());
+    assert!(proc_dir.exists());
+
+    let url = format!("{}/v2/pods/{id}", sim.base_url());
+    let (status, _) = call(client().delete(&url).bearer_auth(sim.api_key())).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert!(
+        wait_for_path(&proc_dir, false).await,
+        "runner killed with its pod"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_s_own_start_command_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = common::fake_container_runner(dir.path());
+    let sim = RunpodSim::start(SimConfig::fast().with_user_data_runner(runner))
+        .await
+        .unwrap();
+    let mut body = pod_body("own");
+    body["args"] = json!("python -m http.server 8888");
+    let (status, pod) = create(&sim, &body).await;
+    assert_eq!(status, StatusCode::CREATED, "{pod}");
+    let id = pod["id"].as_str().unwrap().to_string();
+    poll_until(
+        || async { get(&sim, &id).await.1["status"].clone() },
+        |s| s == "RUNNING",
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!dir.path().join("pid").exists());
+}

@@ -356,3 +356,83 @@ async fn raising_an_outbid_instances_bid_restarts_it() {
     );
     assert_eq!(instance(&sim, id).await["intended_status"], "running");
 }
+
+fn runner_rent_body(script: &str) -> Value {
+    json!({"client_id": "me", "image": "ubuntu:24.04", "disk": 20, "label": "nc-runner",
+           "runtype": "args", "args": ["sh", "-c", script],
+           "env": {"NEOCLOUD_BOOTSTRAP_TOKEN": "tok en", "NEOCLOUD_RUNNER_CREDENTIAL": "c",
+                   "-p 8443:8443": "1"}})
+}
+
+#[tokio::test]
+async fn a_start_command_runner_runs_while_the_instance_runs_with_its_env() {
+    use common::{fake_container_runner, recorded_runner, runner_script, wait_for_path};
+    let dir = tempfile::tempdir().unwrap();
+    let config = SimConfig::fast().with_user_data_runner(fake_container_runner(dir.path()));
+    let sim = VastSim::start(config).await.unwrap();
+    let script = runner_script(&["--callback-url", "https://node:8443", "--name", "it's a b"]);
+    let ask = offer_id(&sim, "A100 SXM4");
+    let (status, body) = rent(&sim, ask, runner_rent_body(&script)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let id = body["new_contract"].as_u64().unwrap();
+    assert!(
+        wait_for_path(&dir.path().join("args"), true).await,
+        "runner started"
+    );
+    assert_eq!(instance(&sim, id).await["actual_status"], "running");
+    let (proc_dir, args, token, env) = recorded_runner(dir.path());
+    assert_eq!(
+        args,
+        ["--callback-url", "https://node:8443", "--name", "it's a b"]
+    );
+    assert_eq!(token, "tok en");
+    assert!(
+        env.lines().any(|l| l == "NEOCLOUD_RUNNER_CREDENTIAL=c"),
+        "{env}"
+    );
+    assert!(!env.contains("8443:8443"), "port keys are not env: {env}");
+    assert!(proc_dir.exists(), "runner alive while the instance runs");
+    let url = format!("{}/api/v0/instances/{id}/", sim.base_url());
+    let (status, _) = call(client().delete(url).bearer_auth(sim.api_key())).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        wait_for_path(&proc_dir, false).await,
+        "runner killed with its instance"
+    );
+}
+
+#[tokio::test]
+async fn start_command_runners_die_on_preemption_and_with_the_simulator() {
+    use common::{fake_container_runner, recorded_runner, runner_script, wait_for_path};
+    let dir = tempfile::tempdir().unwrap();
+    let config = SimConfig::fast().with_user_data_runner(fake_container_runner(dir.path()));
+    let sim = VastSim::start(config).await.unwrap();
+    let body = runner_rent_body(&runner_script(&["--executor", "process"]));
+    let (status, rented) = rent(&sim, offer_id(&sim, "A100 SXM4"), body).await;
+    assert_eq!(status, StatusCode::OK, "{rented}");
+    let id = rented["new_contract"].as_u64().unwrap();
+    let args_file = dir.path().join("args");
+    assert!(wait_for_path(&args_file, true).await, "runner started");
+    let (proc_dir, ..) = recorded_runner(dir.path());
+    assert!(sim.preempt(&id.to_string()));
+    assert!(
+        wait_for_path(&proc_dir, false).await,
+        "runner killed on preemption"
+    );
+
+    std::fs::remove_file(&args_file).unwrap();
+    let url = format!("{}/api/v0/instances/{id}/", sim.base_url());
+    let request = client().put(url).bearer_auth(sim.api_key());
+    let (status, _) = call(request.json(&json!({"state": "running"}))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        wait_for_path(&args_file, true).await,
+        "runner started again"
+    );
+    let (proc_dir, ..) = recorded_runner(dir.path());
+    drop(sim);
+    assert!(
+        wait_for_path(&proc_dir, false).await,
+        "runner killed with the simulator"
+    );
+}

@@ -194,6 +194,10 @@ pub struct ProviderHints {
     pub vast: VastHints,
     /// RunPod's secure or community cloud; `None` lets RunPod choose.
     pub runpod_cloud_type: Option<RunpodCloudType>,
+    /// `cloud.aibrix.ai/runner: "false"`: a container provider runs the Pod's command itself,
+    /// without the node's runner (no logs, no exit code; the behaviour before the runner).
+    #[serde(default)]
+    pub no_runner: bool,
 }
 
 /// Vast.ai hints. Defaults: verified hosts, reliability at least 0.95, 20 GiB disk.

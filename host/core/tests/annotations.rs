@@ -90,6 +90,8 @@ fn valid_annotations_are_parsed_into_the_workload() {
             .runpod_cloud_type,
         Some(RunpodCloudType::Secure)
     );
+    assert!(accepted("runner", "false").hints.no_runner);
+    assert!(!accepted("runner", "true").hints.no_runner);
 }
 
 #[test]
@@ -147,6 +149,7 @@ fn invalid_annotation_values_are_refused_with_the_field_and_value() {
             "inf",
             "\"inf\" is not a positive price in USD per hour",
         ),
+        ("runner", "off", "\"off\" is not true or false"),
         (
             "capacity-type",
             "cheap",

@@ -215,9 +215,75 @@ pub struct CreateRequest {
     pub env: Vec<(String, String)>,
     /// For spot offers, the bid per hour for the whole instance.
     pub bid_per_hour: Option<f64>,
-    /// Boot data for providers that rent bare VMs (Lambda's cloud-init `user_data`): the node's
-    /// runner with a one-time bootstrap credential. Container providers ignore it. Never logged.
-    pub boot: Option<String>,
+    /// How the node's runner starts on the instance, when the Pod is run by it. Never logged.
+    pub boot: Option<Boot>,
+}
+
+/// How the node's runner starts on a rented instance, with its one-time bootstrap credential.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Boot {
+    /// Cloud-init `user_data` for providers that rent bare VMs (Lambda).
+    pub user_data: String,
+    /// For container providers (RunPod, Vast.ai): the container's command, run in place of the
+    /// Pod's (the runner then runs the Pod's command as its child), and the environment it needs.
+    /// `None` when the Pod runs its command itself there.
+    pub container: Option<ContainerBoot>,
+}
+
+/// A container's start command that fetches, verifies and starts the runner.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ContainerBoot {
+    /// The argv (`sh -c '<fetch, verify, exec the runner>'`).
+    pub command: Vec<String>,
+    /// Variables added to the container's environment (the bootstrap token and credential).
+    pub env: Vec<(String, String)>,
+}
+
+impl CreateRequest {
+    /// The container's argv: the runner's start command when the Pod is run by the runner,
+    /// else the Pod's command and args (empty: the image's own).
+    pub fn container_argv(&self) -> Vec<String> {
+        match self.boot.as_ref().and_then(|b| b.container.as_ref()) {
+            Some(c) => c.command.clone(),
+            None => self
+                .workload
+                .command
+                .iter()
+                .chain(&self.workload.args)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The container's environment: the Pod's, and the runner's variables when it runs it.
+    pub fn container_env(&self) -> impl Iterator<Item = (String, String)> + '_ {
+        let runner = self
+            .boot
+            .as_ref()
+            .and_then(|b| b.container.as_ref())
+            .map(|c| c.env.as_slice())
+            .unwrap_or_default();
+        self.env.iter().chain(runner).cloned()
+    }
+}
+
+impl fmt::Debug for ContainerBoot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("ContainerBoot")
+            .field("program", &self.command.first())
+            .field("env_names (values redacted)", &names)
+            .finish()
+    }
+}
+
+impl fmt::Debug for Boot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Boot")
+            .field("user_data (redacted)", &self.user_data.len())
+            .field("container", &self.container.is_some())
+            .finish()
+    }
 }
 
 impl fmt::Debug for CreateRequest {

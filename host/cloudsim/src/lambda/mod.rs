@@ -65,6 +65,13 @@ impl LambdaSim {
     }
 }
 
+impl Drop for LambdaSim {
+    /// Kills the runners it started (`run_user_data`).
+    fn drop(&mut self) {
+        self.state.runners.shutdown();
+    }
+}
+
 #[derive(Debug)]
 struct Ops(Arc<LambdaState>);
 

@@ -3,29 +3,15 @@
 //! active, the `neocloud-runner …` entry of its `runcmd` (in list or string form, possibly
 //! behind a prefix such as `systemd-run …`) is started as a local child process, with
 //! `runner_binary` in place of the path written in `user_data`. Terminating, restarting or
-//! preempting the instance kills it, as does dropping the simulator.
+//! preempting the instance kills it, as does dropping the simulator (see `crate::runner`, which
+//! starts and kills the process).
 //!
 //! Not cloud-init: other `runcmd` entries, `write_files`, packages and shell quoting in string
 //! entries are ignored.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::Weak;
-use std::time::Duration;
+use std::path::Path;
 
-use parking_lot::Mutex;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
-use tokio::sync::oneshot;
-
-use super::state::LambdaState;
-
-/// The binary name the runner command starts with.
-const RUNNER_BINARY: &str = "neocloud-runner";
-
-/// The runner's arguments and the environment it starts with.
-pub(crate) type RunnerCommand = (Vec<String>, Vec<(String, String)>);
+use crate::runner::{RUNNER_BINARY, RunnerCommand};
 
 /// The arguments after the `neocloud-runner` binary in `user_data`'s `runcmd`, and the
 /// environment its `systemd-run` prefix gives it, if the `user_data` is `#cloud-config` and
@@ -81,112 +67,6 @@ fn is_runner_binary(arg: &str) -> bool {
         && Path::new(arg)
             .file_name()
             .is_some_and(|n| n == RUNNER_BINARY)
-}
-
-/// The runner processes of active instances, by instance id. Dropping an entry kills its process.
-#[derive(Debug, Default)]
-pub(crate) struct Runners {
-    live: Mutex<HashMap<String, oneshot::Sender<()>>>,
-}
-
-impl Runners {
-    /// Kills the runner of `id`, if any. Idempotent.
-    pub fn kill(&self, id: &str) {
-        self.live.lock().remove(id);
-    }
-
-    /// After `boot`, starts `binary args` with `env` for `id` unless the instance is gone or not
-    /// active.
-    pub fn schedule(
-        state: Weak<LambdaState>,
-        id: String,
-        binary: PathBuf,
-        (args, env): RunnerCommand,
-        boot: Duration,
-    ) {
-        tokio::spawn(async move {
-            let mut wait = boot;
-            loop {
-                tokio::time::sleep(wait).await;
-                let Some(state) = state.upgrade() else {
-                    return;
-                };
-                // Holding the map's lock while checking makes a concurrent terminate wait, then
-                // kill. A VM still booting (the sleep can end a hair before the simulator's own
-                // clock says active) is looked at again shortly.
-                let mut live = state.runners.live.lock();
-                match state.status_of(&id) {
-                    Some("active") => {}
-                    Some("booting") => {
-                        wait = Duration::from_millis(20);
-                        continue;
-                    }
-                    _ => return,
-                }
-                match spawn(&id, &binary, &args, &env) {
-                    Ok(kill) => {
-                        live.insert(id, kill);
-                    }
-                    Err(e) => {
-                        tracing::warn!(instance = %id, binary = %binary.display(), error = %e,
-                        "lambda sim: failed to start the runner from user_data")
-                    }
-                }
-                return;
-            }
-        });
-    }
-}
-
-fn spawn(
-    id: &str,
-    binary: &Path,
-    args: &[String],
-    env: &[(String, String)],
-) -> std::io::Result<oneshot::Sender<()>> {
-    // The runner leads a process group standing in for the VM: killing the instance kills the
-    // group, so the workload dies with its VM even when the runner died first.
-    let mut child = Command::new(binary)
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()?;
-    let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-    tracing::info!(instance = %id, pid = ?child.id(), "lambda sim: started the runner from user_data");
-    let id = id.to_string();
-    if let Some(stderr) = child.stderr.take() {
-        let id = id.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(instance = %id, "runner: {line}");
-            }
-        });
-    }
-    let (kill, mut killed) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        tokio::select! {
-            status = child.wait() => {
-                tracing::info!(instance = %id, ?status, "lambda sim: runner exited");
-                // What the runner started may outlive it until the VM goes.
-                let _ = (&mut killed).await;
-            }
-            _ = &mut killed => {}
-        }
-        if let Some(group) = group {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(group),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let _ = child.kill().await;
-        tracing::info!(instance = %id, "lambda sim: the instance's processes killed with it");
-    });
-    Ok(kill)
 }
 
 #[cfg(test)]

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::runner::{Runners, runner_command};
+use super::runner::runner_command;
 use super::wire::{LaunchRequest, Tag};
 use crate::clock::SimClock;
 use crate::market::Offer;
+use crate::runner::{self, Phase, RunnerHost, RunnerSpec, Runners};
 use crate::server::Core;
 
 /// One instance.
@@ -111,21 +112,22 @@ impl LambdaState {
     /// active.
     pub fn start_runners(self: &Arc<Self>, ids: &[String], request: &LaunchRequest) {
         let config = &self.core.config;
-        if !config.run_user_data {
+        let Some(binary) = runner::configured_binary(config) else {
             return;
-        }
+        };
         let Some(command) = request.user_data.as_deref().and_then(runner_command) else {
             return;
         };
-        let binary = config
-            .runner_binary
-            .clone()
-            .unwrap_or_else(|| "neocloud-runner".into());
-        let t = config.timing;
-        let boot = SimClock::ms(t.provisioning_ms + t.starting_ms);
+        let spec = RunnerSpec {
+            provider: "lambda",
+            source: "user_data",
+            binary,
+            command,
+        };
+        let boot = runner::boot_delay(config);
         for id in ids {
             let state = Arc::downgrade(self);
-            Runners::schedule(state, id.clone(), binary.clone(), command.clone(), boot);
+            self.runners.schedule(state, id.clone(), spec.clone(), boot);
         }
     }
 
@@ -285,7 +287,6 @@ impl LambdaState {
             done.push(instance.clone());
         }
         drop(inner);
-        // After releasing `inner`: a runner being scheduled holds the runners' lock, then reads it.
         ids.iter().for_each(|id| self.runners.kill(id));
         Ok(done)
     }
@@ -316,7 +317,6 @@ impl LambdaState {
             done.push(instance.clone());
         }
         drop(inner);
-        // After releasing `inner`: a runner being scheduled holds the runners' lock, then reads it.
         ids.iter().for_each(|id| self.runners.kill(id));
         Ok(done)
     }
@@ -389,6 +389,20 @@ impl LambdaState {
         inner
             .instances
             .retain(|_, i| i.status(&self.core, now) != "terminated");
+    }
+}
+
+impl RunnerHost for LambdaState {
+    fn runners(&self) -> &Runners {
+        &self.runners
+    }
+
+    fn phase(&self, id: &str) -> Phase {
+        match self.status_of(id) {
+            Some("active") => Phase::Running,
+            Some("booting") => Phase::Booting,
+            _ => Phase::Gone,
+        }
     }
 }
 

@@ -8,6 +8,12 @@
 //! and billing stops); deleted pods are gone (404). `runtime` and `ssh.direct` are null until
 //! `RUNNING`. Capacity errors are 400s recognised only by their `detail` text.
 //!
+//! Opt-in `run_user_data` runs the pod's start command's runner: when a pod is created (REST
+//! `args`, GraphQL `dockerArgs`) with a start command `sh -c SCRIPT` whose last line execs
+//! `neocloud-runner …`, that runner is started as a local process with the pod's `env` once the
+//! pod is `RUNNING` (again after a start or restart); stopping, preempting, failing or deleting
+//! the pod kills it (see `crate::runner`).
+//!
 //! Not REST v1 (retired 2026-11-15), network volumes, templates, clusters or CPU pods.
 
 mod gql;
@@ -35,6 +41,7 @@ use state::RunpodState;
 #[derive(Debug)]
 pub struct RunpodSim {
     handle: SimHandle,
+    state: Arc<RunpodState>,
 }
 
 impl Deref for RunpodSim {
@@ -48,10 +55,17 @@ impl RunpodSim {
     /// Starts the simulator on 127.0.0.1 (port from the config; 0 picks one).
     pub async fn start(config: SimConfig) -> Result<Self, SimError> {
         let core = Core::new("runpod", config, default_offers, 1, dialect());
-        let state = Arc::new(RunpodState::new(core.clone()));
+        let state = RunpodState::new(core.clone());
         let ops: Arc<dyn SimOps> = Arc::new(Ops(state.clone()));
-        let handle = SimHandle::launch(core, ops, routes(state), "").await?;
-        Ok(Self { handle })
+        let handle = SimHandle::launch(core, ops, routes(state.clone()), "").await?;
+        Ok(Self { handle, state })
+    }
+}
+
+impl Drop for RunpodSim {
+    /// Kills the runners it started (`run_user_data`).
+    fn drop(&mut self) {
+        self.state.runners.shutdown();
     }
 }
 

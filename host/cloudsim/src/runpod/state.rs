@@ -1,17 +1,19 @@
 //! RunPod pods shared by REST v2 and GraphQL: placement on the market (GPU type, cloud, data
 //! centers or country, count, spot bid), `PROVISIONING → STARTING → RUNNING` from elapsed time,
-//! stop/start/restart, `EXITED` on preemption, and terminate.
+//! stop/start/restart, `EXITED` on preemption, and terminate; with `run_user_data`, the runner
+//! of a pod whose start command (`args`) runs `neocloud-runner` (see `crate::runner`).
 //!
 //! Not HTTP: handlers validate requests and render pods.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::clock::SimClock;
 use crate::market::Offer;
+use crate::runner::{self, Phase, RunnerHost, RunnerSpec, Runners};
 use crate::server::Core;
 
 /// A pod's v2 status.
@@ -128,15 +130,42 @@ pub(crate) struct RunpodState {
     pub core: Arc<Core>,
     pods: Mutex<BTreeMap<String, Pod>>,
     pub ssh_keys: Mutex<Vec<String>>,
+    pub runners: Runners,
+    me: Weak<Self>,
 }
 
 impl RunpodState {
-    pub fn new(core: Arc<Core>) -> Self {
-        Self {
+    pub fn new(core: Arc<Core>) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
             core,
             pods: Mutex::new(BTreeMap::new()),
             ssh_keys: Mutex::new(Vec::new()),
-        }
+            runners: Runners::default(),
+            me: me.clone(),
+        })
+    }
+
+    /// With `run_user_data`, schedules the runner of the pod's start command for when the pod
+    /// runs.
+    fn start_runner(&self, pod: &Pod) {
+        let Some(binary) = runner::configured_binary(&self.core.config) else {
+            return;
+        };
+        let args = pod.spec.args.as_deref();
+        let Some(args) = args.and_then(runner::command_line_runner_args) else {
+            return;
+        };
+        let env = pod.spec.env.iter();
+        let env = env.map(|(k, v)| (k.clone(), v.clone())).collect();
+        let spec = RunnerSpec {
+            provider: "runpod",
+            source: "the pod's start command",
+            binary,
+            command: (args, env),
+        };
+        let boot = runner::boot_delay(&self.core.config);
+        self.runners
+            .schedule(self.me.clone(), pod.id.clone(), spec, boot);
     }
 
     /// Creates a pod; `force_low_bid` treats a spot bid as too low.
@@ -173,7 +202,9 @@ impl RunpodState {
             pod.interruptible(),
             true,
         );
+        drop(ledger);
         pods.insert(id, pod.clone());
+        self.start_runner(&pod);
         Ok(pod)
     }
 
@@ -235,6 +266,7 @@ impl RunpodState {
             .lock()
             .release(pod.offer.id, pod.spec.placement.count);
         self.core.ledger.lock().close(id);
+        self.runners.kill(id);
         true
     }
 
@@ -248,6 +280,7 @@ impl RunpodState {
             pod.exited = Some(now);
             Ok(true)
         })
+        .inspect(|_| self.runners.kill(id))
     }
 
     /// Starts an exited pod, optionally with a new bid; a conflict if not exited.
@@ -268,6 +301,7 @@ impl RunpodState {
             pod.started = now;
             Ok(true)
         })
+        .inspect(|pod| self.start_runner(pod))
     }
 
     /// Restarts a running pod; a conflict if exited.
@@ -280,6 +314,10 @@ impl RunpodState {
             pod.started = now;
             Ok(false)
         })
+        .inspect(|pod| {
+            self.runners.kill(id);
+            self.start_runner(pod);
+        })
     }
 
     /// Preempts a pod (to `EXITED`); false if unknown or already exited.
@@ -287,13 +325,18 @@ impl RunpodState {
         self.stop(id).is_ok()
     }
 
-    /// Puts a pod in `ERROR`; false if unknown.
+    /// Puts a pod in `ERROR` (its container is dead: the runner is killed); false if unknown.
     pub fn fail(&self, id: &str) -> bool {
-        self.pods
+        let failed = self
+            .pods
             .lock()
             .get_mut(id)
             .map(|pod| pod.errored = true)
-            .is_some()
+            .is_some();
+        if failed {
+            self.runners.kill(id);
+        }
+        failed
     }
 
     /// Applies `change` to a pod; `Ok(true)` toggles billing to match the new state.
@@ -330,7 +373,23 @@ impl RunpodState {
             if now >= pod.started + delay {
                 pod.exited = Some(pod.started + delay);
                 self.core.ledger.lock().pause(&pod.id, pod.started + delay);
+                self.runners.kill(&pod.id);
             }
+        }
+    }
+}
+
+impl RunnerHost for RunpodState {
+    fn runners(&self) -> &Runners {
+        &self.runners
+    }
+
+    fn phase(&self, id: &str) -> Phase {
+        let now = self.core.clock.now();
+        match self.get(id).map(|pod| pod.status(&self.core, now)) {
+            Some(Status::Running) => Phase::Running,
+            Some(Status::Provisioning | Status::Starting) => Phase::Booting,
+            _ => Phase::Gone,
         }
     }
 }

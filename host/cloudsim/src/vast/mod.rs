@@ -8,6 +8,12 @@
 //! Statuses: `actual_status` goes `null` → `loading` → `running`; preemption and low bids give
 //! `stopped` in all of `actual_status`, `intended_status`, `cur_state` and `next_state`.
 //!
+//! Opt-in `run_user_data` runs the instance's start command's runner: when an ask is rented
+//! with `runtype: "args"` and `args` `["sh", "-c", SCRIPT]` whose last line execs
+//! `neocloud-runner …`, that runner is started as a local process with the request's `env`
+//! (not its `-p …` port keys) once the instance is `running` (again after a start); stopping
+//! (preemption, outbid), failing or destroying the instance kills it (see `crate::runner`).
+//!
 //! Not the CLI's query-string language, volumes, templates, SSH-key registration or the bulk
 //! destroy.
 
@@ -52,7 +58,7 @@ impl VastSim {
     /// Starts the simulator on 127.0.0.1 (port from the config; 0 picks one).
     pub async fn start(config: SimConfig) -> Result<Self, SimError> {
         let core = Core::new("vast", config, default_offers, 5_000_000, dialect());
-        let state = Arc::new(VastState::new(core.clone()));
+        let state = VastState::new(core.clone());
         let ops: Arc<dyn SimOps> = Arc::new(Ops(state.clone()));
         let handle = SimHandle::launch(core, ops, routes(state.clone()), "").await?;
         Ok(Self { handle, state })
@@ -62,6 +68,13 @@ impl VastSim {
     /// first offer, outside its capacity), e.g. to benchmark listing 1,000 instances.
     pub fn seed_instances(&self, count: usize, label_prefix: &str) -> Vec<u64> {
         self.state.seed(count, label_prefix)
+    }
+}
+
+impl Drop for VastSim {
+    /// Kills the runners it started (`run_user_data`).
+    fn drop(&mut self) {
+        self.state.runners.shutdown();
     }
 }
 

@@ -1,10 +1,12 @@
 //! Vast.ai instances: renting an ask, statuses derived from elapsed time, stop by preemption or
-//! low bid, destroy, and the keyset-paginated list.
+//! low bid, destroy, and the keyset-paginated list; with `run_user_data`, the runner of an
+//! instance whose start command (`runtype: "args"`, `args`) runs `neocloud-runner` (see
+//! `crate::runner`).
 //!
 //! Not HTTP: handlers translate requests into these calls and results into wire bodies.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -14,6 +16,7 @@ use super::query::{self, Condition};
 use super::wire::CreateRequest;
 use crate::clock::SimClock;
 use crate::market::Offer;
+use crate::runner::{self, Phase, RunnerHost, RunnerSpec, Runners};
 use crate::server::Core;
 
 /// The largest page of `GET /api/v1/instances/`.
@@ -61,6 +64,27 @@ impl Instance {
             failed: false,
         }
     }
+
+    fn phase(&self, core: &Core, now: Instant) -> Phase {
+        if self.stopped.is_some() || self.failed {
+            return Phase::Gone;
+        }
+        let t = core.config.timing;
+        let elapsed = now.saturating_duration_since(self.started);
+        if elapsed < SimClock::ms(t.provisioning_ms + t.starting_ms) {
+            Phase::Booting
+        } else {
+            Phase::Running
+        }
+    }
+}
+
+/// The runner's arguments in an instance's start command: `args` with `runtype: "args"` (see
+/// [`runner::container_runner_args`]).
+fn start_command_runner_args(runtype: &str, args: &[String]) -> Option<Vec<String>> {
+    (runtype == "args")
+        .then(|| runner::container_runner_args(args))
+        .flatten()
 }
 
 /// How a rental ended.
@@ -97,18 +121,42 @@ struct Inner {
 pub(crate) struct VastState {
     pub core: Arc<Core>,
     inner: Mutex<Inner>,
+    pub runners: Runners,
+    me: Weak<Self>,
 }
 
 impl VastState {
-    pub fn new(core: Arc<Core>) -> Self {
+    pub fn new(core: Arc<Core>) -> Arc<Self> {
         let inner = Inner {
             instances: BTreeMap::new(),
             next_id: FIRST_CONTRACT,
         };
-        Self {
+        Arc::new_cyclic(|me| Self {
             core,
             inner: Mutex::new(inner),
-        }
+            runners: Runners::default(),
+            me: me.clone(),
+        })
+    }
+
+    /// With `run_user_data`, schedules the runner of the instance's start command for when it
+    /// runs.
+    fn start_runner(&self, instance: &Instance) {
+        let Some(binary) = runner::configured_binary(&self.core.config) else {
+            return;
+        };
+        let Some(args) = start_command_runner_args(&instance.runtype, &instance.args) else {
+            return;
+        };
+        let spec = RunnerSpec {
+            provider: "vast",
+            source: "the instance's start command",
+            binary,
+            command: (args, instance.env.clone()),
+        };
+        let boot = runner::boot_delay(&self.core.config);
+        let id = instance.id.to_string();
+        self.runners.schedule(self.me.clone(), id, spec, boot);
     }
 
     /// Rents `ask_id`; `force_low_bid` treats any bid as too low.
@@ -160,7 +208,11 @@ impl VastState {
             spot,
             !stopped,
         );
+        drop(ledger);
         let instance = Instance::new(id, offer, request, self.core.clock.now(), stopped);
+        if !stopped {
+            self.start_runner(&instance);
+        }
         inner.instances.insert(id, instance);
         id
     }
@@ -202,6 +254,7 @@ impl VastState {
         };
         self.core.market.lock().release(instance.offer.id, 1);
         self.core.ledger.lock().close(&id.to_string());
+        self.runners.kill(&id.to_string());
         true
     }
 
@@ -214,6 +267,7 @@ impl VastState {
             Some(instance) if instance.stopped.is_none() => {
                 instance.stopped = Some(now);
                 self.core.ledger.lock().pause(&id.to_string(), now);
+                self.runners.kill(&id.to_string());
                 true
             }
             _ => false,
@@ -234,18 +288,23 @@ impl VastState {
         if instance.stopped.take().is_some() {
             instance.started = now;
             self.core.ledger.lock().resume(&id.to_string());
+            self.start_runner(instance);
         }
         true
     }
 
-    /// Marks an instance as failed (`exited`); false if unknown.
+    /// Marks an instance as failed (`exited`: the runner is killed); false if unknown.
     pub fn fail(&self, id: u64) -> bool {
         let mut inner = self.inner.lock();
-        inner
+        let failed = inner
             .instances
             .get_mut(&id)
             .map(|i| i.failed = true)
-            .is_some()
+            .is_some();
+        if failed {
+            self.runners.kill(&id.to_string());
+        }
+        failed
     }
 
     /// Changes an instance's label or bid; false if it does not exist.
@@ -313,12 +372,32 @@ impl VastState {
             if instance.bid.is_some() && instance.stopped.is_none() && now >= due {
                 instance.stopped = Some(due);
                 self.core.ledger.lock().pause(&instance.id.to_string(), due);
+                self.runners.kill(&instance.id.to_string());
             }
         }
     }
 
     fn render(&self, instance: &Instance) -> Value {
         super::render::instance(instance, &self.core, self.core.clock.now())
+    }
+}
+
+impl RunnerHost for VastState {
+    fn runners(&self) -> &Runners {
+        &self.runners
+    }
+
+    fn phase(&self, id: &str) -> Phase {
+        let Ok(id) = id.parse::<u64>() else {
+            return Phase::Gone;
+        };
+        let mut inner = self.inner.lock();
+        self.refresh(&mut inner);
+        let now = self.core.clock.now();
+        inner
+            .instances
+            .get(&id)
+            .map_or(Phase::Gone, |i| i.phase(&self.core, now))
     }
 }
 
@@ -338,4 +417,45 @@ pub(crate) fn token(after: u64) -> String {
 /// Decodes a token; `None` if it is not one of ours.
 pub(crate) fn parse_token(token: &str) -> Option<u64> {
     u64::from_str_radix(token.strip_prefix("nt")?, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(list: &[&str]) -> Vec<String> {
+        list.iter().map(|w| (*w).to_owned()).collect()
+    }
+
+    #[test]
+    fn only_an_args_runtype_start_command_runs_the_runner() {
+        let script = "set -eu\nwget -qO /opt/nc/neocloud-runner https://n:1/r\n\
+                      sha256sum -c /opt/nc/sum\nexec /opt/nc/neocloud-runner --callback-url \
+                      'https://node:8443' --name 'a b'\n";
+        let args = words(&["sh", "-c", script]);
+        assert_eq!(
+            start_command_runner_args("args", &args),
+            Some(words(&[
+                "--callback-url",
+                "https://node:8443",
+                "--name",
+                "a b"
+            ]))
+        );
+        assert_eq!(start_command_runner_args("ssh", &args), None);
+        assert_eq!(
+            start_command_runner_args("args", &words(&["python", "train.py"])),
+            None
+        );
+        assert_eq!(start_command_runner_args("args", &[]), None);
+    }
+
+    #[test]
+    fn port_keys_of_the_env_are_not_the_runner_environment() {
+        let env = serde_json::json!({"NEOCLOUD_BOOTSTRAP_TOKEN": "t", "-p 8443:8443": "1"});
+        assert_eq!(
+            super::super::handlers::parse_env(Some(&env)),
+            vec![("NEOCLOUD_BOOTSTRAP_TOKEN".to_owned(), "t".to_owned())]
+        );
+    }
 }

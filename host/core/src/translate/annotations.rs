@@ -15,7 +15,7 @@ use crate::workload::{CapacityType, GpuRequest, ProviderHints, RunpodCloudType, 
 pub const ANNOTATION_PREFIX: &str = "cloud.aibrix.ai/";
 
 /// Every annotation name (after the prefix) a Pod may carry.
-pub const KNOWN_ANNOTATIONS: [&str; 14] = [
+pub const KNOWN_ANNOTATIONS: [&str; 15] = [
     "gpu-type",
     "max-price",
     "capacity-type",
@@ -30,6 +30,7 @@ pub const KNOWN_ANNOTATIONS: [&str; 14] = [
     "vast-disk-gb",
     "vast-offer-id",
     "runpod-cloud-type",
+    "runner",
 ];
 
 /// The longest CEL expression accepted in `constraints` or `rank`.
@@ -85,6 +86,7 @@ impl Parsed {
             "vast-disk-gb" => self.hints.vast.disk_gib = gib(value)?,
             "vast-offer-id" => self.hints.vast.offer_id = Some(id(value, "an offer id")?),
             "runpod-cloud-type" => self.hints.runpod_cloud_type = Some(runpod_cloud(value)?),
+            "runner" => self.hints.no_runner = !boolean(value)?,
             _ => {
                 return Err(format!(
                     "unknown annotation; known ones are {}",

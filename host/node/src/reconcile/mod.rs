@@ -53,7 +53,7 @@ use crate::policies::PolicyRegistry;
 pub use attempts::class_reason;
 pub use pod_status::{Container, DesiredPod};
 pub use rebuild::{Rebuilt, rebuild_budget};
-pub use runners::{RunnerStatus, Runners};
+pub use runners::{RUNNER_ANNOTATION, RunnerStatus, Runners, container_runner};
 
 /// The label every binding carries with the name of the node that owns it.
 pub const NODE_LABEL: &str = "cloud.aibrix.ai/node";
@@ -244,6 +244,11 @@ impl Reconciler {
     /// The controllers' caches, once [`Reconciler::run`] has started them.
     pub fn caches(&self) -> Option<&Caches> {
         self.caches.get()
+    }
+
+    /// The runner's side, when the node runs one.
+    pub fn runners(&self) -> Option<&Arc<Runners>> {
+        self.cfg.runners.as_ref()
     }
 
     /// Runs the Pod and binding controllers until both streams end (they run until the task is

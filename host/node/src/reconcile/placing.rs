@@ -143,11 +143,12 @@ impl Reconciler {
             .iter()
             .filter_map(|a| from_record(a, None))
             .collect();
-        // A VM provider boots the runner from user_data; registering the workload issues the
-        // runner's one-time token (and voids any earlier one of this Pod).
+        // The rental boots the runner (a VM from user_data, a container from its start command);
+        // registering the workload issues the runner's one-time token (and voids any earlier
+        // one of this Pod).
         let boot = match &self.cfg.runners {
             Some(runners) => match runners.boot(pod, &w, &env) {
-                Ok(user_data) => Some(user_data),
+                Ok(boot) => Some(boot),
                 Err(e) => {
                     return self
                         .wait(pod, &b, status, "RunnerUnavailable", e.to_string())
@@ -170,7 +171,7 @@ impl Reconciler {
             workload: &w,
             env: &env,
             history: &history,
-            boot: boot.as_deref(),
+            boot: boot.as_ref(),
         };
         if let Some(traceparent) = crate::telemetry::traceparent(&tracing::Span::current()) {
             status.traceparent = Some(traceparent);
@@ -320,7 +321,7 @@ impl Reconciler {
             .cfg
             .runners
             .as_ref()
-            .is_some_and(|r| r.runs_on(i.provider));
+            .is_some_and(|r| r.runs(i.provider, pod));
         if i.phase == InstancePhase::Running && !runner {
             return Box::pin(self.mirror_instance(
                 pod,

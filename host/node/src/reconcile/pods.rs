@@ -328,21 +328,24 @@ impl Reconciler {
                     status.provider.as_deref().unwrap_or_default()
                 ),
             ),
+            // The runner's exit code decides, whatever the instance now says: a container whose
+            // runner ran the workload stops when it ends.
+            Some(i) if matches!(runner, Some(RunnerStatus::Exited(_))) => {
+                let code = match runner {
+                    Some(RunnerStatus::Exited(code)) => code,
+                    _ => 1,
+                };
+                return self.exited(pod, &b, status, i, code).await;
+            }
             Some(i) if i.phase == InstancePhase::Running => {
-                match runner {
-                    Some(RunnerStatus::Exited(code)) => {
-                        return self.exited(pod, &b, status, i, code).await;
-                    }
-                    Some(RunnerStatus::Booting | RunnerStatus::Starting) => {
-                        let message = format!(
-                            "{} is up; waiting for its runner to start the container",
-                            describe(i)
-                        );
-                        self.set_pod(pod, &DesiredPod::pending("ContainerCreating", message))
-                            .await?;
-                        return Ok(Action::requeue(self.cfg.poll_interval));
-                    }
-                    _ => {}
+                if let Some(RunnerStatus::Booting | RunnerStatus::Starting) = runner {
+                    let message = format!(
+                        "{} is up; waiting for its runner to start the container",
+                        describe(i)
+                    );
+                    self.set_pod(pod, &DesiredPod::pending("ContainerCreating", message))
+                        .await?;
+                    return Ok(Action::requeue(self.cfg.poll_interval));
                 }
                 let repriced = self.reprice(&b, &status, i);
                 let change = status.phase != BindingPhase::Running || repriced;

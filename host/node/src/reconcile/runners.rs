@@ -1,8 +1,11 @@
-//! The reconciler's side of the VM runner: for a provider that rents bare VMs (Lambda Cloud),
-//! the Pod's workload is registered with the callback server before each rental, the VM's
-//! `user_data` carries the runner and its one-time bootstrap token, and the Pod follows what the
-//! runner reports (starting, running, exited with a code, or lost when its heartbeats stop)
-//! rather than the VM's state alone.
+//! The reconciler's side of the runner: the Pod's workload is registered with the callback
+//! server before each rental, and the rental carries the runner with its one-time bootstrap
+//! token: in a VM's `user_data` (Lambda Cloud), or as a container's start command (RunPod,
+//! Vast.ai; for a Pod with an explicit command that has not opted out with
+//! `cloud.aibrix.ai/runner: "false"`, since the runner must know what to run and an image's own
+//! entrypoint is not known here). The Pod then follows what the runner reports (starting,
+//! running, exited with a code, or lost when its heartbeats stop) rather than the instance's
+//! state alone.
 //!
 //! After a restart or a leader change, a Pod whose instance an earlier process rented is
 //! adopted the first time it is mirrored: its workload is registered again (for a runner that
@@ -18,6 +21,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use neocloud_core::{ProviderId, WorkloadSpec};
+use neocloud_providers::{Boot, ContainerBoot};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
@@ -25,7 +29,7 @@ use super::{Reconciler, env};
 use crate::callback::{
     CallbackError, CallbackHandle, EnvVar, RunnerEvent, RunnerEventKind, RunnerState, Workload,
 };
-use crate::callback::{UserDataOptions, render_user_data};
+use crate::callback::{UserDataOptions, render_container_start, render_user_data};
 
 /// What the node knows of a binding's runner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +63,7 @@ pub struct Runners {
     cert_pem: String,
     options: UserDataOptions,
     providers: Vec<ProviderId>,
+    containers: Vec<ProviderId>,
     boot_timeout: Duration,
     state: Mutex<HashMap<String, Entry>>,
     trigger: mpsc::UnboundedSender<ObjectRef<Pod>>,
@@ -70,21 +75,24 @@ impl std::fmt::Debug for Runners {
         f.debug_struct("Runners")
             .field("callback_url", &self.callback_url)
             .field("providers", &self.providers)
+            .field("containers", &self.containers)
             .field("bindings", &self.state.lock().len())
             .finish_non_exhaustive()
     }
 }
 
 impl Runners {
-    /// Runners for `providers` (the ones that rent VMs), reaching the node at `callback_url`
-    /// and trusting `cert_pem`. A runner that has not called back `boot_timeout` after its
-    /// instance appeared is given up (keep the callback's bootstrap tokens valid longer).
+    /// Runners for `providers` (the ones that rent VMs) and `containers` (container providers,
+    /// for the Pods that can be run so), reaching the node at `callback_url` and trusting
+    /// `cert_pem`. A runner that has not called back `boot_timeout` after its instance appeared
+    /// is given up (keep the callback's bootstrap tokens valid longer).
     pub fn new(
         handle: CallbackHandle,
         callback_url: impl Into<String>,
         cert_pem: impl Into<String>,
         options: UserDataOptions,
         providers: Vec<ProviderId>,
+        containers: Vec<ProviderId>,
         boot_timeout: Duration,
     ) -> Arc<Runners> {
         let (trigger, triggers) = mpsc::unbounded_channel();
@@ -94,6 +102,7 @@ impl Runners {
             cert_pem: cert_pem.into(),
             options,
             providers,
+            containers,
             boot_timeout,
             state: Mutex::new(HashMap::new()),
             trigger,
@@ -101,12 +110,13 @@ impl Runners {
         })
     }
 
-    /// Whether instances of `provider` are run by the runner.
-    pub fn runs_on(&self, provider: ProviderId) -> bool {
+    /// Whether `pod`, on `provider`, is run by the runner.
+    pub fn runs(&self, provider: ProviderId, pod: &Pod) -> bool {
         self.providers.contains(&provider)
+            || (self.containers.contains(&provider) && container_runner(pod))
     }
 
-    /// The providers whose instances the runner runs.
+    /// The providers whose instances the runner runs whatever the Pod.
     pub fn providers(&self) -> &[ProviderId] {
         &self.providers
     }
@@ -117,13 +127,14 @@ impl Runners {
     }
 
     /// Registers the Pod's workload (replacing an earlier registration, whose token stops
-    /// working) and renders the `user_data` that boots its runner.
+    /// working) and renders what boots its runner: a VM's `user_data`, and for a Pod a container
+    /// provider can run through the runner, the container's start command.
     pub fn boot(
         &self,
         pod: &Pod,
         w: &WorkloadSpec,
         env: &[(String, String)],
-    ) -> Result<String, CallbackError> {
+    ) -> Result<Boot, CallbackError> {
         let uid = pod.uid().unwrap_or_default();
         let token = self.handle.register(&uid, workload(w, env))?;
         let credential = self.handle.credential(&uid)?;
@@ -133,13 +144,27 @@ impl Runners {
             launched: None,
         };
         self.state.lock().insert(uid, entry);
-        Ok(render_user_data(
+        let user_data = render_user_data(
             &self.callback_url,
             &self.cert_pem,
             &token,
             &credential,
             &self.options,
-        ))
+        );
+        let container = (!self.containers.is_empty() && container_runner(pod)).then(|| {
+            let (command, env) = render_container_start(
+                &self.callback_url,
+                &self.cert_pem,
+                &token,
+                &credential,
+                &self.options,
+            );
+            ContainerBoot { command, env }
+        });
+        Ok(Boot {
+            user_data,
+            container,
+        })
     }
 
     /// Takes over the runner of a Pod whose instance an earlier process rented (see the module
@@ -229,6 +254,26 @@ impl Runners {
     }
 }
 
+/// Whether a container provider can run `pod` through the runner: its container names a
+/// command (the runner must know what to run; the image's entrypoint is not known here) and it
+/// has not opted out with `cloud.aibrix.ai/runner: "false"`.
+pub fn container_runner(pod: &Pod) -> bool {
+    let opted_out = pod
+        .annotations()
+        .get(RUNNER_ANNOTATION)
+        .is_some_and(|v| v.trim() == "false");
+    let command = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.command.as_ref())
+        .is_some_and(|c| !c.is_empty());
+    command && !opted_out
+}
+
+/// The annotation that opts a Pod out of the runner on container providers.
+pub const RUNNER_ANNOTATION: &str = "cloud.aibrix.ai/runner";
+
 /// What the runner fetches: the workload with its environment resolved.
 fn workload(w: &WorkloadSpec, env: &[(String, String)]) -> Workload {
     Workload {
@@ -257,7 +302,7 @@ impl Reconciler {
         provider: Option<ProviderId>,
     ) -> Option<RunnerStatus> {
         let runners = self.cfg.runners.as_ref()?;
-        if !provider.is_some_and(|p| runners.runs_on(p)) {
+        if !provider.is_some_and(|p| runners.runs(p, pod)) {
             return None;
         }
         let uid = pod.uid().unwrap_or_default();

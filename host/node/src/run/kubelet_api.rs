@@ -146,7 +146,12 @@ fn lookup(reconciler: Arc<Reconciler>) -> PodLookup {
             .get(&ObjectRef::new(name).within(namespace))
             .filter(|b| Some(&b.spec.pod_uid) == uid.as_ref())
             .and_then(|b| b.status.as_ref()?.provider.clone());
-        Some(PodPlacement::of(&pod, provider))
+        let runner = provider
+            .as_deref()
+            .and_then(|p| p.parse::<neocloud_core::ProviderId>().ok())
+            .zip(reconciler.runners())
+            .is_some_and(|(p, runners)| runners.runs(p, &pod));
+        Some(PodPlacement::of(&pod, provider).with_runner(runner))
     })
 }
 

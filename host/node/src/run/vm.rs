@@ -78,6 +78,15 @@ pub struct RunnerSettings {
     /// reached), `bridge`, `none`, a network's name or `container:<name>`.
     #[serde(default = "default_container_network")]
     pub container_network: String,
+    /// The container providers whose Pods the runner runs, inside the container (for Pods with
+    /// an explicit command, unless `cloud.aibrix.ai/runner: "false"`): `runpod`, `vast`. Both by
+    /// default; `[]` runs every container Pod's command directly, as before the runner.
+    #[serde(default = "default_container_providers")]
+    pub container_providers: Vec<ProviderId>,
+}
+
+fn default_container_providers() -> Vec<ProviderId> {
+    vec![ProviderId::Runpod, ProviderId::Vast]
 }
 
 /// How long a rental may take on top of the boot timeout before a bootstrap token expires.
@@ -113,6 +122,16 @@ impl RunnerSettings {
     pub fn check(&self) -> anyhow::Result<()> {
         self.listen_addr()?;
         self.executor_kind()?;
+        if let Some(p) = self
+            .container_providers
+            .iter()
+            .find(|p| !matches!(p, ProviderId::Runpod | ProviderId::Vast))
+        {
+            bail!(
+                "runner.containerProviders: {p} is not a container provider (runpod or vast); \
+                 the runner boots lambda VMs from user_data"
+            );
+        }
         neocloud_protocol::check_network_mode(&self.container_network)
             .map_err(|e| anyhow::anyhow!("runner.containerNetwork: {e}"))?;
         // The path goes into cloud-init's command lines: an absolute path of plain characters.
@@ -271,6 +290,7 @@ impl RunnerSettings {
             server.cert_pem(),
             options,
             vec![ProviderId::Lambda],
+            self.container_providers.clone(),
             Duration::from_secs(self.boot_timeout_seconds),
         );
         Ok((server, runners, events))
@@ -297,12 +317,27 @@ mod tests {
         assert_eq!(s.heartbeat_timeout_seconds, 60);
         assert_eq!(s.heartbeat_interval_seconds, 15);
         assert_eq!(s.boot_timeout_seconds, 900);
+        assert_eq!(
+            s.container_providers,
+            [ProviderId::Runpod, ProviderId::Vast]
+        );
+        assert!(
+            settings("containerProviders: []")
+                .unwrap()
+                .container_providers
+                .is_empty()
+        );
     }
 
     #[test]
     fn bad_fields_are_named_with_their_value() {
         for (extra, field, value) in [
             ("listen: nowhere", "runner.listen", "nowhere"),
+            (
+                "containerProviders: [lambda]",
+                "runner.containerProviders",
+                "lambda",
+            ),
             ("executor: podman", "runner.executor", "podman"),
             (
                 "containerNetwork: host --privileged",

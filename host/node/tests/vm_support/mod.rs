@@ -29,6 +29,8 @@ pub struct World {
     pub kubelet_port: u16,
     pub boot_timeout_seconds: u32,
     pub heartbeat_timeout_seconds: u32,
+    /// The node's `providers:` list.
+    pub providers: &'static str,
 }
 
 impl World {
@@ -47,6 +49,15 @@ impl World {
         })
         .await
         .unwrap();
+        World::over(ctx, sims, if boots { 900 } else { 3 }, "[lambda]")
+    }
+
+    fn over(
+        ctx: TestContext,
+        sims: CloudSim,
+        boot_timeout_seconds: u32,
+        providers: &'static str,
+    ) -> World {
         let node = format!("neocloud-{}", ctx.namespace);
         World {
             ctx,
@@ -55,9 +66,25 @@ impl World {
             dir: tempfile::tempdir().unwrap(),
             callback_port: free_port(),
             kubelet_port: free_port(),
-            boot_timeout_seconds: if boots { 900 } else { 3 },
+            boot_timeout_seconds,
             heartbeat_timeout_seconds: 3,
+            providers,
         }
+    }
+
+    /// A world whose RunPod and Vast containers run the runner from their start command, with
+    /// a node renting from those two.
+    pub async fn containers(prefix: &str) -> World {
+        let ctx = TestContext::new(prefix).await;
+        let runner = || SimConfig::fast().with_user_data_runner(crate::runner_bin::runner_binary());
+        let sims = CloudSim::start(CloudSimConfig {
+            runpod: runner(),
+            lambda: SimConfig::fast(),
+            vast: runner(),
+        })
+        .await
+        .unwrap();
+        World::over(ctx, sims, 900, "[runpod, vast]")
     }
 
     /// The configuration of replica `replica`: without leader election for `None`, else
@@ -73,7 +100,7 @@ impl World {
         let yaml = format!(
             "clusterId: vmtest\n\
              node: {{name: {node}, leaseRenewSeconds: 1, kubeletPort: {kubelet}}}\n\
-             providers: [lambda]\n\
+             providers: {providers}\n\
              installCrds: true\n\
              metricsAddress: 127.0.0.1:{metrics}\n\
              healthIntervalSeconds: 1\n\
@@ -95,6 +122,7 @@ impl World {
             cb = self.callback_port,
             heartbeat = self.heartbeat_timeout_seconds,
             boot = self.boot_timeout_seconds,
+            providers = self.providers,
         );
         let path = self
             .dir
@@ -134,6 +162,10 @@ impl World {
                 neocloud_cloudsim::config::DEFAULT_SSH_KEY,
             )
             .env("LAMBDA_API_BASE_URL", self.sims.lambda.base_url())
+            .env("RUNPOD_API_KEY", self.sims.runpod.api_key())
+            .env("RUNPOD_API_BASE_URL", self.sims.runpod.base_url())
+            .env("VAST_API_KEY", self.sims.vast.api_key())
+            .env("VAST_API_BASE_URL", self.sims.vast.base_url())
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())
             .stderr(log)

@@ -225,7 +225,8 @@ impl LambdaProvider {
             name: name.clone(),
             user_data: request
                 .boot
-                .clone()
+                .as_ref()
+                .map(|b| b.user_data.clone())
                 .or_else(|| self.config.user_data.clone()),
             tags: vec![Tag {
                 key: NAME_TAG.to_owned(),

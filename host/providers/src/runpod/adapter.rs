@@ -219,8 +219,7 @@ impl RunpodProvider {
             .bid_per_hour
             .unwrap_or(request.offer.rent_price_per_hour());
         let env: Vec<_> = request
-            .env
-            .iter()
+            .container_env()
             .map(|(k, v)| json!({"key": k, "value": v}))
             .collect();
         let mut input = json!({

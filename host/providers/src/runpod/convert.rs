@@ -215,10 +215,10 @@ fn parse_time(text: &str) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-/// The workload's command and args as one shell-quoted string for the image entrypoint.
+/// The container's argv (the Pod's command and args, or the runner's start command) as one
+/// shell-quoted string for the image entrypoint.
 pub(crate) fn args_string(request: &CreateRequest) -> Option<String> {
-    let w = &request.workload;
-    let words: Vec<String> = w.command.iter().chain(&w.args).map(|s| quote(s)).collect();
+    let words: Vec<String> = request.container_argv().iter().map(|s| quote(s)).collect();
     (!words.is_empty()).then(|| words.join(" "))
 }
 
@@ -246,5 +246,5 @@ pub(crate) fn ports(request: &CreateRequest) -> Result<Vec<String>, u16> {
 
 /// The resolved environment as a map (later duplicates win, as in a Pod).
 pub(crate) fn env_map(request: &CreateRequest) -> BTreeMap<String, String> {
-    request.env.iter().cloned().collect()
+    request.container_env().collect()
 }

@@ -281,7 +281,7 @@ pub(crate) fn state(i: &VastInstance) -> InstanceState {
 /// command and args (`runtype: "args"`), ports as `-p N:N` env keys, a price only for spot.
 pub(crate) fn rent_body(request: &CreateRequest) -> Rent {
     let w = &request.workload;
-    let mut env: BTreeMap<String, String> = request.env.iter().cloned().collect();
+    let mut env: BTreeMap<String, String> = request.container_env().collect();
     for port in &w.ports {
         let suffix = if port.protocol == PortProtocol::Udp {
             "/udp"
@@ -301,7 +301,7 @@ pub(crate) fn rent_body(request: &CreateRequest) -> Rent {
         label: request.external_name.clone(),
         env,
         runtype: "args",
-        args: w.command.iter().chain(&w.args).cloned().collect(),
+        args: request.container_argv(),
         price: spot.then(|| {
             request
                 .bid_per_hour

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use neocloud_cloudsim::{FaultKind, FaultRule, LambdaSim, RunpodSim, SimConfig, VastSim};
 use neocloud_core::{CapacityType, FailureClass, Offer, OfferQuery};
 use neocloud_providers::{
-    ApiKey, CreateRequest, LambdaConfig, LambdaProvider, Provider, RunpodConfig, RunpodProvider,
-    VastConfig, VastProvider,
+    ApiKey, Boot, ContainerBoot, CreateRequest, LambdaConfig, LambdaProvider, Provider,
+    RunpodConfig, RunpodProvider, VastConfig, VastProvider,
 };
 use serde_json::Value;
 
@@ -301,5 +301,83 @@ async fn config_files_with_unknown_fields_are_refused() {
             .http
             .timeout_ms,
         5
+    );
+}
+
+/// A rental that boots the runner: the Pod's command gives way to the runner's start command,
+/// and the runner's variables join the Pod's environment (which stays).
+fn booted(name: &str, offer: &Offer) -> CreateRequest {
+    let mut r = request(name, offer);
+    r.env = vec![("POD_VAR".into(), "kept".into())];
+    r.boot = Some(Boot {
+        user_data: "#cloud-config\n".into(),
+        container: Some(ContainerBoot {
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "exec /tmp/neocloud-runner --x 'a b'".into(),
+            ],
+            env: vec![("NEOCLOUD_BOOTSTRAP_TOKEN".into(), "tok".into())],
+        }),
+    });
+    r
+}
+
+async fn raw(url: String, key: &str) -> Value {
+    reqwest::Client::new()
+        .get(url)
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn runpod_and_vast_start_the_runner_in_place_of_the_pod_command() {
+    let sim = RunpodSim::start(SimConfig::fast()).await.unwrap();
+    let p = runpod(&sim);
+    let offer = cheapest(&p).await;
+    let pod = p.create(&booted("nc-boot-1", &offer)).await.unwrap();
+    let got = raw(
+        format!("{}/v2/pods/{}", sim.base_url(), pod.id),
+        sim.api_key(),
+    )
+    .await;
+    let args = got["args"].as_str().expect("args");
+    assert_eq!(
+        shlex::split(args).unwrap(),
+        ["sh", "-c", "exec /tmp/neocloud-runner --x 'a b'"],
+        "{got}"
+    );
+    assert_eq!(got["env"]["POD_VAR"], "kept", "{got}");
+    assert_eq!(got["env"]["NEOCLOUD_BOOTSTRAP_TOKEN"], "tok", "{got}");
+
+    let sim = VastSim::start(SimConfig::fast()).await.unwrap();
+    let p = vast(&sim);
+    let offer = cheapest(&p).await;
+    let instance = p.create(&booted("nc-boot-2", &offer)).await.unwrap();
+    let got = raw(
+        format!(
+            "{}/api/v0/instances/{}/?owner=me",
+            sim.base_url(),
+            instance.id
+        ),
+        sim.api_key(),
+    )
+    .await;
+    let got = &got["instances"];
+    assert_eq!(got["image_runtype"], "args", "{got}");
+    assert_eq!(
+        got["image_args"],
+        serde_json::json!(["sh", "-c", "exec /tmp/neocloud-runner --x 'a b'"]),
+        "{got}"
+    );
+    let env = got["extra_env"].to_string();
+    assert!(
+        env.contains("POD_VAR") && env.contains("NEOCLOUD_BOOTSTRAP_TOKEN"),
+        "{env}"
     );
 }

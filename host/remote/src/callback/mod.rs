@@ -40,7 +40,10 @@ pub use ratelimit::RateLimit;
 pub use server::CallbackServer;
 pub use state::CallbackHandle;
 pub use tokens::TokenError;
-pub use user_data::{DEFAULT_RUNNER_PATH, RunnerDownload, UserDataOptions, render_user_data};
+pub use user_data::{
+    CONTAINER_RUNNER_PATH, DEFAULT_RUNNER_PATH, RunnerDownload, UserDataOptions,
+    render_container_start, render_user_data,
+};
 
 /// The trust domain of session SPIFFE IDs unless configured otherwise.
 pub const DEFAULT_TRUST_DOMAIN: &str = "neocloud.local";

@@ -124,6 +124,68 @@ pub fn render_user_data(
     format!("#cloud-config\n{yaml}")
 }
 
+/// Where a container downloads the runner to (a container's `/tmp` is writable by any user).
+pub const CONTAINER_RUNNER_PATH: &str = "/tmp/neocloud-runner";
+
+/// A container's start command that starts the runner in place of the Pod's command (RunPod's
+/// `args`, Vast.ai's `args`), and the environment it needs: `sh -c` with a script that, when
+/// `options.download` is set, fetches the runner to [`CONTAINER_RUNNER_PATH`] with whichever of
+/// curl, wget or python3 the image has, checks its SHA-256, and then `exec`s it with the
+/// process executor, so that the runner is the container's main process and runs the Pod's
+/// command as its child (signals sent to the container reach the runner, which passes SIGTERM
+/// on). Without a download, the runner must be at `options.runner_path` in the image. The image
+/// needs `sh` (and `sha256sum` to download): an image without them is run without the runner
+/// (the Pod's `cloud.aibrix.ai/runner: "false"`).
+///
+/// The token and the credential are in the returned environment, not in the command.
+pub fn render_container_start(
+    callback_url: &str,
+    ca_pem: &str,
+    token: &BootstrapToken,
+    credential: &Secret,
+    options: &UserDataOptions,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let mut lines = vec!["set -e".to_owned()];
+    let path = match &options.download {
+        Some(download) => {
+            let (p, url) = (quote(CONTAINER_RUNNER_PATH), quote(&download.url));
+            let line = quote(&format!("{}  {CONTAINER_RUNNER_PATH}", download.sha256));
+            lines.push(format!(
+                "if command -v curl >/dev/null 2>&1; then curl -fsSL -o {p} -- {url}; \
+                 elif command -v wget >/dev/null 2>&1; then wget -q -O {p} -- {url}; \
+                 elif command -v python3 >/dev/null 2>&1; then python3 -c \
+                 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+                 {url} {p}; \
+                 else echo 'neocloud: the image has no curl, wget or python3 to fetch the runner' >&2; \
+                 exit 127; fi"
+            ));
+            lines.push(format!("printf '%s\\n' {line} | sha256sum -c - >/dev/null"));
+            lines.push(format!("chmod 0755 {p}"));
+            CONTAINER_RUNNER_PATH.to_owned()
+        }
+        None => options.runner_path.clone(),
+    };
+    let start = [
+        path,
+        "--callback-url".into(),
+        callback_url.to_owned(),
+        "--ca-pem-base64".into(),
+        STANDARD.encode(ca_pem),
+        "--executor".into(),
+        ExecutorKind::Process.as_str().into(),
+        "--heartbeat-interval".into(),
+        format!("{}ms", options.heartbeat_interval.as_millis()),
+    ];
+    let words: Vec<String> = start.iter().map(|w| quote(w)).collect();
+    lines.push(format!("exec {}", words.join(" ")));
+    let command = vec!["sh".to_owned(), "-c".to_owned(), lines.join("\n")];
+    let env = vec![
+        (BOOTSTRAP_TOKEN_ENV.to_owned(), token.expose().to_owned()),
+        (CREDENTIAL_ENV.to_owned(), credential.expose().to_owned()),
+    ];
+    (command, env)
+}
+
 /// `text` as one POSIX shell word. A NUL byte, which no shell word can hold, quotes as empty
 /// (the step then fails instead of running something else).
 fn quote(text: &str) -> String {
@@ -226,5 +288,104 @@ mod tests {
             words.last().map(String::as_str),
             Some("/opt/r; touch /tmp/pwned")
         );
+    }
+
+    #[test]
+    fn a_container_start_command_execs_the_runner_through_a_real_shell() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let runner = dir.path().join("neocloud-runner");
+        let out = dir.path().join("argv");
+        std::fs::write(
+            &runner,
+            format!(
+                "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\necho \"token=${BOOTSTRAP_TOKEN_ENV}\" >> '{}'\n",
+                out.display(),
+                out.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&runner, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let options = UserDataOptions {
+            runner_path: runner.display().to_string(),
+            ..UserDataOptions::default()
+        };
+        let (command, env) = render_container_start(
+            "https://10.0.0.1:8443",
+            "PEM",
+            &Secret::new("tok_abc"),
+            &Secret::new("ncr1:k:u:m"),
+            &options,
+        );
+        assert_eq!(&command[..2], ["sh", "-c"]);
+        // The secrets travel in the environment only.
+        assert!(
+            !command
+                .iter()
+                .any(|w| w.contains("tok_abc") || w.contains("ncr1"))
+        );
+        assert_eq!(
+            env,
+            [
+                (BOOTSTRAP_TOKEN_ENV.to_owned(), "tok_abc".to_owned()),
+                (CREDENTIAL_ENV.to_owned(), "ncr1:k:u:m".to_owned())
+            ]
+        );
+        let status = std::process::Command::new(&command[0])
+            .args(&command[1..])
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let text = std::fs::read_to_string(&out).unwrap();
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        assert_eq!(lines.pop().as_deref(), Some("token=tok_abc"));
+        // What the shell passed is what the runner's own parser accepts, run as a process.
+        let mut argv = vec![runner.display().to_string()];
+        argv.extend(lines);
+        argv.extend(["--bootstrap-token".into(), "tok_abc".into()]);
+        let args = neocloud_runner::RunnerArgs::try_parse_from(&argv).expect("runner args");
+        assert_eq!(args.callback_url, "https://10.0.0.1:8443");
+        assert_eq!(args.ca_pem_base64, Some(STANDARD.encode("PEM")));
+        assert_eq!(args.executor, ExecutorKind::Process);
+    }
+
+    #[test]
+    fn a_container_download_is_verified_before_the_runner_is_executed() {
+        let options = UserDataOptions {
+            download: Some(RunnerDownload {
+                url: "https://example.com/r?a=1&b=$(id)'".into(),
+                sha256: "ab".repeat(32),
+            }),
+            ..UserDataOptions::default()
+        };
+        let (command, _) = render_container_start(
+            "https://n:1",
+            "PEM",
+            &Secret::new("t"),
+            &Secret::new("c"),
+            &options,
+        );
+        let script = &command[2];
+        let lines: Vec<&str> = script.lines().collect();
+        assert_eq!(lines[0], "set -e");
+        assert!(
+            lines[1].contains("curl -fsSL -o /tmp/neocloud-runner -- "),
+            "{script}"
+        );
+        assert!(
+            lines[1].contains("wget -q -O") && lines[1].contains("python3"),
+            "{script}"
+        );
+        // The URL stays one word, unexpanded.
+        let words = shlex::split(lines[1]).expect("shell words");
+        assert!(
+            words.contains(&"https://example.com/r?a=1&b=$(id)'".to_owned()),
+            "{words:?}"
+        );
+        assert!(lines[2].contains("sha256sum -c"), "{script}");
+        assert!(lines[2].contains(&"ab".repeat(32)), "{script}");
+        let exec = shlex::split(lines.last().unwrap()).unwrap();
+        assert_eq!(&exec[..2], ["exec", CONTAINER_RUNNER_PATH]);
     }
 }

@@ -114,6 +114,9 @@ pub struct PodPlacement {
     pub provider: Option<String>,
     /// The names of its containers.
     pub containers: Vec<String>,
+    /// Whether the node's runner runs it (its logs come from the callback), whatever the
+    /// provider; Pods on the source's `runner_providers` always are.
+    pub runner: bool,
 }
 
 impl PodPlacement {
@@ -128,7 +131,14 @@ impl PodPlacement {
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             provider,
             containers,
+            runner: false,
         }
+    }
+
+    /// The same, run by the node's runner or not.
+    pub fn with_runner(mut self, runner: bool) -> Self {
+        self.runner = runner;
+        self
     }
 }
 
@@ -200,7 +210,9 @@ impl LogSource for CallbackLogSource {
             return Err(waiting("the pod is not placed on a cloud yet".into()));
         };
         let callback = match &self.callback {
-            Some(callback) if self.runner_providers.contains(&provider) => callback,
+            Some(callback) if placement.runner || self.runner_providers.contains(&provider) => {
+                callback
+            }
             _ => return Err(LogError::NoLogApi { provider }),
         };
         callback

@@ -1,0 +1,205 @@
+//! The runner inside RunPod and Vast.ai containers, end to end: `neocloud-node run` on the real
+//! control plane renting from the RunPod and Vast simulators, which start the runner from the
+//! container's start command (`args`) as a container would, with the environment the rental
+//! gave the container. The runner authenticates to the node's callback server, fetches the Pod's
+//! command and runs it as its child: `kubectl logs` streams its output, the Pod ends
+//! `Succeeded` or `Failed` with the workload's exit code, arguments with spaces and quotes arrive
+//! unchanged, deleting a Pod delivers SIGTERM to its workload, and a Pod that opts out with `cloud.aibrix.ai/runner: "false"` runs its command
+//! directly, as before.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, LogParams, PostParams};
+use serde_json::json;
+
+mod runner_bin;
+mod support;
+mod vm_support;
+use vm_support::World;
+
+/// A Pod on `provider` running `command`, never restarted.
+async fn pod(world: &World, name: &str, provider: &str, command: &[&str], runner: bool) {
+    let mut annotations = json!({"cloud.aibrix.ai/providers": provider});
+    if !runner {
+        annotations["cloud.aibrix.ai/runner"] = json!("false");
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "nodeName": world.node,
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                "command": command,
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        }
+    }))
+    .unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+/// Waits for the Pod's phase to be one of `phases`; returns the Pod.
+async fn wait_phase(world: &World, name: &str, phases: &[&str]) -> Pod {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let pod = world.pods().get(name).await.unwrap();
+        let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+        if phase.as_deref().is_some_and(|p| phases.contains(&p)) {
+            return pod;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} is {phase:?}, not {phases:?}: {:?}\n{}",
+            pod.status,
+            world.node_log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn exit_code(pod: &Pod) -> Option<i32> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()
+        .map(|t| t.exit_code)
+}
+
+fn logs_params() -> LogParams {
+    LogParams {
+        container: Some("main".into()),
+        ..LogParams::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn runpod_and_vast_pods_run_through_the_runner_with_logs_and_exit_codes() {
+    let world = World::containers("ctrun").await;
+    let mut node = world.spawn();
+    let tricky = ["with space", "it's \"quoted\"", "$HOME", "*"];
+    let marks = tempfile::tempdir().unwrap();
+    for provider in ["runpod", "vast"] {
+        let mark = marks.path().join(format!("term-{provider}"));
+        let trap = format!(
+            "trap 'echo TERM > {}; exit 0' TERM; echo ready; while true; do sleep 0.1; done",
+            mark.display()
+        );
+        pod(
+            &world,
+            &format!("term-{provider}"),
+            provider,
+            &["sh", "-c", &trap],
+            true,
+        )
+        .await;
+        let mut ok = vec![
+            "sh",
+            "-c",
+            "echo hello from the workload; printf '[%s]' \"$@\"; echo",
+        ];
+        ok.push("argv0");
+        ok.extend(tricky);
+        pod(&world, &format!("ok-{provider}"), provider, &ok, true).await;
+        let fail = ["sh", "-c", "echo about to fail; exit 3"];
+        pod(&world, &format!("fail-{provider}"), provider, &fail, true).await;
+    }
+    for provider in ["runpod", "vast"] {
+        let name = format!("ok-{provider}");
+        let done = wait_phase(&world, &name, &["Succeeded", "Failed"]).await;
+        assert_eq!(
+            done.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded"),
+            "{name}: {:?}\n{}",
+            done.status,
+            world.node_log()
+        );
+        assert_eq!(exit_code(&done), Some(0), "{:?}", done.status);
+        let binding = world.bindings().get(&name).await.unwrap();
+        assert_eq!(
+            binding.status.as_ref().and_then(|s| s.provider.as_deref()),
+            Some(provider)
+        );
+        let text = world.pods().logs(&name, &logs_params()).await.unwrap();
+        assert!(
+            text.contains("hello from the workload\n"),
+            "{name}: {text:?}"
+        );
+        // Every argument arrived as the Pod wrote it: no word split, no quote lost, nothing
+        // expanded.
+        assert!(
+            text.contains("[with space][it's \"quoted\"][$HOME][*]\n"),
+            "{name}: {text:?}"
+        );
+
+        let name = format!("fail-{provider}");
+        let failed = wait_phase(&world, &name, &["Succeeded", "Failed"]).await;
+        assert_eq!(
+            failed.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Failed"),
+            "{name}: {:?}",
+            failed.status
+        );
+        assert_eq!(exit_code(&failed), Some(3), "{:?}", failed.status);
+        let text = world.pods().logs(&name, &logs_params()).await.unwrap();
+        assert!(text.contains("about to fail\n"), "{name}: {text:?}");
+    }
+    // Deleting a running Pod stops its container: SIGTERM reaches the workload.
+    for provider in ["runpod", "vast"] {
+        let name = format!("term-{provider}");
+        wait_phase(&world, &name, &["Running"]).await;
+        world
+            .pods()
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+        let mark = marks.path().join(&name);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while std::fs::read_to_string(&mark).unwrap_or_default() != "TERM\n" {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name}: no SIGTERM reached the workload\n{}",
+                world.node_log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // Each ended Pod's instance was released: nothing is billed any more.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !world.sims.ledger().live().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "instances still billed: {:?}",
+            world.sims.ledger().live()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    node.start_kill().unwrap();
+    let _ = node.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_that_opts_out_runs_its_command_directly_and_has_no_logs() {
+    let world = World::containers("ctout").await;
+    let mut node = world.spawn();
+    pod(&world, "direct", "runpod", &["sleep", "3600"], false).await;
+    wait_phase(&world, "direct", &["Running"]).await;
+    // Nothing ran the runner: RunPod got the Pod's own command, and there is no log.
+    let err = world
+        .pods()
+        .logs("direct", &logs_params())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no log API"), "{err}");
+    node.start_kill().unwrap();
+    let _ = node.wait().await;
+}
