@@ -5,7 +5,8 @@
 //! command and runs it as its child: `kubectl logs` streams its output, the Pod ends
 //! `Succeeded` or `Failed` with the workload's exit code, arguments with spaces and quotes arrive
 //! unchanged, deleting a Pod delivers SIGTERM to its workload, and a Pod that opts out with `cloud.aibrix.ai/runner: "false"` runs its command
-//! directly, as before.
+//! directly, as before. The runner's usage samples reach `/stats/summary` and
+//! `/metrics/resource` on the node's kubelet API, as metrics-server reads them.
 
 use std::time::Duration;
 
@@ -200,6 +201,104 @@ async fn a_pod_that_opts_out_runs_its_command_directly_and_has_no_logs() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("no log API"), "{err}");
+    node.start_kill().unwrap();
+    let _ = node.wait().await;
+}
+
+/// `GET` on the node's kubelet API as `user` in `groups` (a client certificate from the
+/// cluster's CA), the way metrics-server calls kubelets: directly, not through the API server.
+/// The node's self-signed serving certificate is not checked, as with metrics-server's
+/// `--kubelet-insecure-tls`. Returns the status and the body.
+async fn direct(world: &World, path: &str, user: &str, groups: &[&str]) -> (u16, String) {
+    let pair = world.ctx.control_plane.client_cert(user, groups).unwrap();
+    let pem = format!("{}{}", pair.cert_pem, pair.key_pem);
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .danger_accept_invalid_certs(true)
+        .identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let url = format!("https://127.0.0.1:{}{path}", world.kubelet_port);
+    let response = client.get(url).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+async fn proxied(world: &World, path: &str) -> String {
+    let (status, body) = direct(world, path, "metrics-server", &["system:masters"]).await;
+    assert_eq!(status, 200, "{path}: {body}");
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runner_pod_s_usage_is_served_as_the_kubelet_s_summary_and_resource_metrics() {
+    let world = World::containers("ctstat").await;
+    let mut node = world.spawn();
+    // Busy, and holding some memory, so that both figures move.
+    let busy = "x=$(head -c 4000000 /dev/zero | tr '\\0' a); while true; do :; done";
+    pod(&world, "busy", "vast", &["sh", "-c", busy], true).await;
+    wait_phase(&world, "busy", &["Running"]).await;
+    let uid = world
+        .pods()
+        .get("busy")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let container = loop {
+        let text = proxied(&world, "/stats/summary").await;
+        let summary: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(summary["node"]["nodeName"], world.node.as_str());
+        let pod = summary["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["podRef"]["uid"] == uid.as_str())
+            .cloned();
+        let cpu = pod
+            .as_ref()
+            .and_then(|p| p["containers"][0]["cpu"]["usageNanoCores"].as_u64());
+        if let (Some(pod), Some(cores)) = (pod, cpu)
+            && cores > 0
+        {
+            break pod["containers"][0].clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no usage for the Pod: {text}\n{}",
+            world.node_log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(container["name"], "main");
+    // A shell spinning is most of a core; a sample is over a heartbeat interval (1 s).
+    let cores = container["cpu"]["usageNanoCores"].as_u64().unwrap();
+    assert!(cores > 100_000_000, "{container}");
+    assert!(container["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 0);
+    let rss = container["memory"]["workingSetBytes"].as_u64().unwrap();
+    assert!(rss > 4_000_000, "the 4 MB the workload holds: {container}");
+    // No GPU tool here: no accelerators, rather than zeros.
+    assert!(container.get("accelerators").is_none(), "{container}");
+
+    let metrics = proxied(&world, "/metrics/resource").await;
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("container_cpu_usage_seconds_total{") && l.contains("pod=\"busy\""))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    let seconds: f64 = line.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(seconds > 0.0, "{line}");
+    assert!(
+        metrics.contains("pod_memory_working_set_bytes{"),
+        "{metrics}"
+    );
+
+    // Someone the API server does not allow nodes/stats is refused, by name.
+    let (status, body) = direct(&world, "/stats/summary", "nobody", &[]).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("subresource=stats"), "{body}");
     node.start_kill().unwrap();
     let _ = node.wait().await;
 }

@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use secret::{BootstrapToken, Secret, SessionToken};
 pub use wire::{
-    EnvVar, ErrorBody, Heartbeat, LogRecord, LogStream, ReauthRequest, RunnerState, StatusReport,
-    TokenRequest, TokenResponse, Workload,
+    EnvVar, ErrorBody, GpuStats, Heartbeat, LogRecord, LogStream, ReauthRequest, RunnerState,
+    StatusReport, TokenRequest, TokenResponse, Workload, WorkloadStats,
 };
 
 /// The environment variable that may carry the bootstrap token instead of the runner's flag.

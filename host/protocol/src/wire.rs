@@ -205,3 +205,44 @@ mod tests {
         assert_eq!(report.exit_code, Some(3));
     }
 }
+
+/// `POST /v1/stats` body: what the workload uses, sampled by the runner. Best effort: a node
+/// that does not know the route answers 404 and the runner carries on. A figure the runner
+/// could not read is absent, never zero.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadStats {
+    /// When the sample was taken.
+    pub time: DateTime<Utc>,
+    /// CPU time the workload's processes used since it started, nanoseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_usage_core_nano_seconds: Option<u64>,
+    /// CPU use over the last sampling interval, nanocores (1e9 is one core busy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_usage_nano_cores: Option<u64>,
+    /// Resident memory of the workload's processes, bytes (its working set here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_working_set_bytes: Option<u64>,
+    /// The GPUs the workload sees, from `nvidia-smi`; empty when there is none or no tool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuStats>,
+}
+
+/// One GPU as `nvidia-smi --query-gpu` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuStats {
+    /// The GPU's UUID.
+    pub id: String,
+    /// Its product name (`NVIDIA A40`).
+    pub model: String,
+    /// Utilisation over the last sample period, percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization_percent: Option<u64>,
+    /// Memory in use, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_bytes: Option<u64>,
+    /// Memory in total, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_total_bytes: Option<u64>,
+}

@@ -17,7 +17,7 @@ use tokio::sync::Mutex;
 
 use neocloud_protocol::{
     ErrorBody, Heartbeat, ReauthRequest, RunnerState, Secret, SessionToken, StatusReport,
-    TokenRequest, TokenResponse, Workload, unix_now,
+    TokenRequest, TokenResponse, Workload, WorkloadStats, unix_now,
 };
 
 use crate::RunnerError;
@@ -236,6 +236,15 @@ impl CallbackClient {
         Ok(())
     }
 
+    /// `POST /v1/stats`, once (best effort: no retry).
+    pub async fn stats(&self, stats: &WorkloadStats) -> Result<(), RunnerError> {
+        self.call("send stats", Method::POST, "v1/stats", false, |r| {
+            r.json(stats)
+        })
+        .await?;
+        Ok(())
+    }
+
     /// `POST /v1/heartbeat`, saying the state the runner is in.
     pub async fn heartbeat(&self, state: Option<RunnerState>) -> Result<(), RunnerError> {
         let beat = Heartbeat { state };
@@ -367,6 +376,14 @@ impl RunnerError {
     /// Whether the node refused the session or credential (401).
     pub fn is_unauthorized(&self) -> bool {
         matches!(self, Self::Refused { status, .. } if *status == StatusCode::UNAUTHORIZED.as_u16())
+    }
+
+    /// The HTTP status the node answered with, if it answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
     }
 
     /// Whether the node refused because the binding is gone or its runner was declared lost.

@@ -14,6 +14,7 @@
 mod client;
 mod executor;
 mod shipper;
+mod stats;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,7 +208,13 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
         }
     };
     report(&client, &state, RunnerState::Running, None, None).await?;
+    // The process executor's child is the workload; docker's is the client, not the container.
+    let root = (args.executor == ExecutorKind::Process)
+        .then(|| started.child.id())
+        .flatten();
+    let stats = tokio::spawn(stats::report(client.clone(), root, args.heartbeat_interval));
     let status = wait_forwarding_signals(&mut started.child).await;
+    stats.abort();
     drop(started.env_file.take());
     if tokio::time::timeout(LOG_DRAIN_TIMEOUT, shipper)
         .await

@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use base64::Engine;
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use serde::Deserialize;
 
 use crate::callback::TlsMaterial;
 use crate::kubelet::{
-    CallbackLogSource, KubeAccessReview, KubeletConfig, KubeletServer, PodLookup, PodPlacement,
+    CallbackLogSource, KubeAccessReview, KubeletConfig, KubeletServer, PodLister, PodLookup,
+    PodPlacement,
 };
 use crate::reconcile::{Reconciler, Runners};
 use crate::vnode::NodeConfig;
@@ -111,6 +113,7 @@ impl KubeletApiSettings {
             _ => TlsMaterial::self_signed(&[node.name.clone(), node.address.clone()])?,
         };
         let lookup = lookup(Arc::clone(reconciler));
+        let lister = lister(Arc::clone(reconciler));
         let source = CallbackLogSource::new(
             lookup,
             runners.map(|r| r.handle().clone()),
@@ -122,7 +125,8 @@ impl KubeletApiSettings {
                         .collect::<Vec<_>>()
                 })
                 .unwrap_or_default(),
-        );
+        )
+        .with_lister(lister);
         let reviews = Arc::new(KubeAccessReview::new(client));
         KubeletServer::start(config, &tls, reviews, Arc::new(source))
             .await
@@ -140,19 +144,47 @@ fn lookup(reconciler: Arc<Reconciler>) -> PodLookup {
     Arc::new(move |namespace: &str, name: &str| {
         let caches = reconciler.caches()?;
         let pod = caches.pods.get(&ObjectRef::new(name).within(namespace))?;
-        let uid = pod.metadata.uid.clone();
-        let provider = caches
-            .bindings
-            .get(&ObjectRef::new(name).within(namespace))
-            .filter(|b| Some(&b.spec.pod_uid) == uid.as_ref())
-            .and_then(|b| b.status.as_ref()?.provider.clone());
-        let runner = provider
-            .as_deref()
-            .and_then(|p| p.parse::<neocloud_core::ProviderId>().ok())
-            .zip(reconciler.runners())
-            .is_some_and(|(p, runners)| runners.runs(p, &pod));
-        Some(PodPlacement::of(&pod, provider).with_runner(runner))
+        placement(&reconciler, caches, &pod)
     })
+}
+
+/// Every Pod on the node with its placement, from the reconciler's caches.
+fn lister(reconciler: Arc<Reconciler>) -> PodLister {
+    Arc::new(move || {
+        let Some(caches) = reconciler.caches() else {
+            return Vec::new();
+        };
+        caches
+            .pods
+            .state()
+            .iter()
+            .filter_map(|pod| {
+                let p = placement(&reconciler, caches, pod)?;
+                Some((pod.namespace()?, pod.name_any(), p))
+            })
+            .collect()
+    })
+}
+
+/// Where `pod` runs, as the caches say.
+fn placement(
+    reconciler: &Reconciler,
+    caches: &crate::reconcile::Caches,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> Option<PodPlacement> {
+    let (namespace, name) = (pod.namespace()?, pod.name_any());
+    let uid = pod.metadata.uid.clone();
+    let provider = caches
+        .bindings
+        .get(&ObjectRef::new(&name).within(&namespace))
+        .filter(|b| Some(&b.spec.pod_uid) == uid.as_ref())
+        .and_then(|b| b.status.as_ref()?.provider.clone());
+    let runner = provider
+        .as_deref()
+        .and_then(|p| p.parse::<neocloud_core::ProviderId>().ok())
+        .zip(reconciler.runners())
+        .is_some_and(|(p, runners)| runners.runs(p, pod));
+    Some(PodPlacement::of(pod, provider).with_runner(runner))
 }
 
 /// DER certificates as PEM.

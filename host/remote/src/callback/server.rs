@@ -8,6 +8,7 @@
 //! - `GET /v1/workload` (Bearer) → the [`Workload`](super::Workload), env values included.
 //! - `POST /v1/status` (Bearer) [`StatusReport`](super::StatusReport).
 //! - `POST /v1/heartbeat` (Bearer) with an optional [`Heartbeat`](super::Heartbeat) → 204.
+//! - `POST /v1/stats` (Bearer) with a `WorkloadStats` → 204: the workload's latest usage.
 //! - `POST /v1/logs` (Bearer) newline-delimited [`LogRecord`]s, streamed.
 //!
 //! A session names exactly one binding and no route takes a binding from the request, so a
@@ -155,6 +156,7 @@ fn routes(state: Arc<Shared>) -> Router {
         .route("/v1/workload", get(workload))
         .route("/v1/status", post(status))
         .route("/v1/heartbeat", post(heartbeat))
+        .route("/v1/stats", post(stats))
         .route("/v1/logs", post(logs))
         .with_state(state)
 }
@@ -317,6 +319,17 @@ async fn heartbeat(State(state): AppState, Authed(uid): Authed, body: Bytes) -> 
         }
     };
     match state.heartbeat(&uid, beat.state).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn stats(State(state): AppState, Authed(uid): Authed, body: Bytes) -> Response {
+    let stats = match serde_json::from_slice::<neocloud_protocol::WorkloadStats>(&body) {
+        Ok(stats) => stats,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid stats: {e}")),
+    };
+    match state.record_stats(&uid, stats) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refusal(&e),
     }

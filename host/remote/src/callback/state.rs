@@ -32,6 +32,8 @@ struct Entry {
     awaited: bool,
     lost: bool,
     exited: bool,
+    /// What the workload used when the runner last said.
+    stats: Option<neocloud_protocol::WorkloadStats>,
 }
 
 impl Entry {
@@ -44,6 +46,7 @@ impl Entry {
             awaited: false,
             lost: false,
             exited: false,
+            stats: None,
         }
     }
 }
@@ -128,6 +131,11 @@ impl CallbackHandle {
         options: LogOptions,
     ) -> Result<BoxStream<'static, Bytes>, CallbackError> {
         Ok(self.0.logs(uid)?.read(options))
+    }
+
+    /// What the binding's workload used when its runner last said, if it has.
+    pub fn stats(&self, uid: &str) -> Option<neocloud_protocol::WorkloadStats> {
+        self.0.bindings.lock().get(uid)?.stats.clone()
     }
 
     /// Every stored log line of a binding, with its stream.
@@ -220,6 +228,15 @@ impl State {
 
     pub fn workload(&self, uid: &str) -> Result<Workload, CallbackError> {
         self.touch(uid, |entry| entry.workload.clone())
+    }
+
+    /// A usage sample from the runner (also a sign of life).
+    pub fn record_stats(
+        &self,
+        uid: &str,
+        stats: neocloud_protocol::WorkloadStats,
+    ) -> Result<(), CallbackError> {
+        self.touch(uid, |entry| entry.stats = Some(stats))
     }
 
     /// A sign of life; a `state` further along than the one known (a node that took over knows

@@ -67,11 +67,13 @@ pub trait AccessReview: Send + Sync {
     /// API server does not accept it.
     async fn review_token(&self, token: &str) -> Result<Option<UserInfo>, ReviewError>;
 
-    /// Whether `user` may `verb` the `proxy` subresource of node `node` (a SubjectAccessReview).
+    /// Whether `user` may `verb` the `subresource` (`proxy`, `stats`, `metrics`) of node `node`
+    /// (a SubjectAccessReview).
     async fn review_access(
         &self,
         user: &UserInfo,
         verb: &str,
+        subresource: &str,
         node: &str,
     ) -> Result<Decision, ReviewError>;
 }
@@ -131,6 +133,7 @@ impl AccessReview for KubeAccessReview {
         &self,
         user: &UserInfo,
         verb: &str,
+        subresource: &str,
         node: &str,
     ) -> Result<Decision, ReviewError> {
         let review = SubjectAccessReview {
@@ -142,7 +145,7 @@ impl AccessReview for KubeAccessReview {
                 resource_attributes: Some(ResourceAttributes {
                     verb: Some(verb.to_owned()),
                     resource: Some("nodes".into()),
-                    subresource: Some("proxy".into()),
+                    subresource: Some(subresource.to_owned()),
                     name: Some(node.to_owned()),
                     ..Default::default()
                 }),
@@ -173,7 +176,7 @@ pub enum Refusal {
     Unauthenticated,
     /// The user may not.
     #[error(
-        "Forbidden (user={user}, verb={verb}, resource=nodes, subresource=proxy, node={node}){}",
+        "Forbidden (user={user}, verb={verb}, resource=nodes, subresource={subresource}, node={node}){}",
         reason_suffix(.reason)
     )]
     Forbidden {
@@ -181,6 +184,8 @@ pub enum Refusal {
         user: String,
         /// The verb asked for.
         verb: String,
+        /// The node's subresource asked for.
+        subresource: String,
         /// The node.
         node: String,
         /// The authorizer's reason.
@@ -227,7 +232,7 @@ pub(crate) struct Gate {
     reviews: Arc<dyn AccessReview>,
     node: String,
     tokens: TtlCache<[u8; 32], UserInfo>,
-    allowed: TtlCache<(UserInfo, &'static str), ()>,
+    allowed: TtlCache<(UserInfo, &'static str, &'static str), ()>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -274,21 +279,27 @@ impl Gate {
         Ok(user)
     }
 
-    /// Whether `user` may `verb` this node's `proxy` subresource.
+    /// Whether `user` may `verb` this node's `subresource` (`proxy` for logs, `stats` for
+    /// `/stats/*`, `metrics` for `/metrics/*`, as the kubelet maps its paths).
     pub(crate) async fn authorize(
         &self,
         user: &UserInfo,
         verb: &'static str,
+        subresource: &'static str,
     ) -> Result<(), Refusal> {
-        let key = (user.clone(), verb);
+        let key = (user.clone(), verb, subresource);
         if self.allowed.get(&key).is_some() {
             return Ok(());
         }
-        let decision = self.reviews.review_access(user, verb, &self.node).await?;
+        let decision = self
+            .reviews
+            .review_access(user, verb, subresource, &self.node)
+            .await?;
         if !decision.allowed {
             return Err(Refusal::Forbidden {
                 user: user.name.clone(),
                 verb: verb.to_owned(),
+                subresource: subresource.to_owned(),
                 node: self.node.clone(),
                 reason: decision.reason,
             });

@@ -20,10 +20,12 @@ impl AccessReview for FakeReviews {
         &self,
         user: &UserInfo,
         verb: &str,
+        subresource: &str,
         node: &str,
     ) -> Result<Decision, ReviewError> {
         self.access_reviews.fetch_add(1, Ordering::SeqCst);
         assert_eq!(node, "gpu-node");
+        assert_eq!(subresource, "proxy");
         Ok(Decision {
             allowed: verb == "get" && user.groups.iter().any(|g| g == "admins"),
             reason: "only admins".into(),
@@ -91,26 +93,32 @@ async fn an_allowed_user_is_not_reviewed_again_until_the_decision_expires() {
     let gate = Gate::new(reviews.clone(), "gpu-node".into(), ttl);
     let alice = user("alice", &["admins"]);
     for _ in 0..5 {
-        gate.authorize(&alice, "get").await.expect("allowed");
+        gate.authorize(&alice, "get", "proxy")
+            .await
+            .expect("allowed");
     }
     assert_eq!(reviews.access_reviews.load(Ordering::SeqCst), 1);
     tokio::time::sleep(ttl + Duration::from_millis(50)).await;
-    gate.authorize(&alice, "get").await.expect("allowed");
+    gate.authorize(&alice, "get", "proxy")
+        .await
+        .expect("allowed");
     assert_eq!(reviews.access_reviews.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]
 async fn the_cache_is_keyed_by_user_groups_and_verb() {
     let (gate, reviews) = gate();
-    gate.authorize(&user("alice", &["admins"]), "get")
+    gate.authorize(&user("alice", &["admins"]), "get", "proxy")
         .await
         .expect("allowed");
-    let denied = gate.authorize(&user("alice", &[]), "get").await;
+    let denied = gate.authorize(&user("alice", &[]), "get", "proxy").await;
     assert!(
         matches!(denied, Err(Refusal::Forbidden { .. })),
         "{denied:?}"
     );
-    let denied = gate.authorize(&user("alice", &["admins"]), "create").await;
+    let denied = gate
+        .authorize(&user("alice", &["admins"]), "create", "proxy")
+        .await;
     assert!(
         matches!(denied, Err(Refusal::Forbidden { .. })),
         "{denied:?}"
@@ -123,7 +131,10 @@ async fn a_denial_is_never_cached_and_names_user_verb_node_and_reason() {
     let (gate, reviews) = gate();
     let bob = user("bob", &["viewers"]);
     for _ in 0..2 {
-        let refusal = gate.authorize(&bob, "get").await.expect_err("denied");
+        let refusal = gate
+            .authorize(&bob, "get", "proxy")
+            .await
+            .expect_err("denied");
         assert_eq!(refusal.status(), StatusCode::FORBIDDEN);
         assert_eq!(
             refusal.to_string(),

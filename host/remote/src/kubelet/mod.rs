@@ -37,6 +37,7 @@ mod auth;
 pub mod request;
 mod server;
 mod source;
+mod usage;
 mod x509;
 
 use std::net::SocketAddr;
@@ -46,7 +47,9 @@ use std::time::Duration;
 pub use auth::{AccessReview, Decision, KubeAccessReview, Refusal, ReviewError, UserInfo};
 pub use request::RequestError;
 pub use server::KubeletServer;
-pub use source::{CallbackLogSource, LogError, LogSource, PodLookup, PodPlacement, PodRef};
+pub use source::{
+    CallbackLogSource, LogError, LogSource, PodLister, PodLookup, PodPlacement, PodRef, PodUsage,
+};
 
 use crate::tls::TlsError;
 

@@ -62,6 +62,7 @@ impl Connected<IncomingStream<'_, TlsListener>> for Peer {
 struct App {
     gate: Gate,
     source: Arc<dyn LogSource>,
+    node: String,
 }
 
 /// A running kubelet API server.
@@ -91,7 +92,8 @@ impl KubeletServer {
         let local_addr = axum::serve::Listener::local_addr(&listener)
             .map_err(|e| KubeletError::Bind(e.to_string()))?;
         let gate = Gate::new(reviews, config.node_name.clone(), config.auth_cache_ttl);
-        let app = Arc::new(App { gate, source });
+        let node = config.node_name.clone();
+        let app = Arc::new(App { gate, source, node });
         let service = routes(app).into_make_service_with_connect_info::<Peer>();
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(async move {
@@ -150,6 +152,8 @@ impl Drop for KubeletServer {
 fn routes(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/stats/summary", get(stats_summary))
+        .route("/metrics/resource", get(metrics_resource))
         .fallback(container_logs)
         .with_state(app)
 }
@@ -177,7 +181,7 @@ async fn container_logs(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let user = match app.admit(&peer, &method, &headers).await {
+    let user = match app.admit(&peer, &method, &headers, "proxy").await {
         Ok(user) => user,
         Err(refusal) => {
             tracing::debug!(peer = %peer.addr, path = uri.path(), %refusal, "kubelet: refused");
@@ -190,6 +194,57 @@ async fn container_logs(
     }
 }
 
+/// `/stats/summary` (subresource `stats`): the kubelet's Summary API for the Pods whose runner
+/// samples their usage; a Pod without a sample is left out, a figure the runner could not read
+/// is absent.
+async fn stats_summary(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    usage_response(&app, &peer, &method, &headers, "stats", |app| {
+        let body = super::usage::summary(&app.node, &app.source.usage()).to_string();
+        ("application/json", body)
+    })
+    .await
+}
+
+/// `/metrics/resource` (subresource `metrics`): what metrics-server scrapes, in the Prometheus
+/// text format.
+async fn metrics_resource(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    usage_response(&app, &peer, &method, &headers, "metrics", |app| {
+        let body = super::usage::resource_metrics(&app.source.usage());
+        ("text/plain; version=0.0.4", body)
+    })
+    .await
+}
+
+/// The caller admitted for `subresource`, then `render`'s content type and body.
+async fn usage_response(
+    app: &App,
+    peer: &Peer,
+    method: &Method,
+    headers: &HeaderMap,
+    subresource: &'static str,
+    render: impl FnOnce(&App) -> (&'static str, String),
+) -> Response {
+    if let Err(refusal) = app.admit(peer, method, headers, subresource).await {
+        return text(refusal.status(), refusal.to_string());
+    }
+    let (content_type, body) = render(app);
+    let mut response = Response::new(Body::from(body));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
 impl App {
     /// The caller, if authenticated and allowed to use this node's kubelet API.
     async fn admit(
@@ -197,6 +252,7 @@ impl App {
         peer: &Peer,
         method: &Method,
         headers: &HeaderMap,
+        subresource: &'static str,
     ) -> Result<UserInfo, Refusal> {
         let bearer = headers
             .get(header::AUTHORIZATION)
@@ -206,7 +262,9 @@ impl App {
             .gate
             .authenticate(peer.certificate.as_ref(), bearer)
             .await?;
-        self.gate.authorize(&user, verb(method)).await?;
+        self.gate
+            .authorize(&user, verb(method), subresource)
+            .await?;
         Ok(user)
     }
 

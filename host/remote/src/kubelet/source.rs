@@ -103,7 +103,31 @@ pub trait LogSource: Send + Sync {
         container: &str,
         opts: LogOptions,
     ) -> Result<BoxStream<'static, Bytes>, LogError>;
+
+    /// The latest usage sample of every Pod on this node that has one (runner-run Pods whose
+    /// runner has sent one), for `/stats/summary` and `/metrics/resource`.
+    fn usage(&self) -> Vec<PodUsage> {
+        Vec::new()
+    }
 }
+
+/// One Pod's latest usage, as its runner sampled it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodUsage {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its uid.
+    pub uid: String,
+    /// Its container's name.
+    pub container: String,
+    /// The sample.
+    pub stats: neocloud_protocol::WorkloadStats,
+}
+
+/// Every Pod on this node: namespace, name and placement.
+pub type PodLister = Arc<dyn Fn() -> Vec<(String, String, PodPlacement)> + Send + Sync>;
 
 /// Where a Pod on this node runs, as the reconciler knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,6 +174,7 @@ pub type PodLookup = Arc<dyn Fn(&str, &str) -> Option<PodPlacement> + Send + Syn
 #[derive(Clone)]
 pub struct CallbackLogSource {
     lookup: PodLookup,
+    lister: Option<PodLister>,
     callback: Option<CallbackHandle>,
     runner_providers: BTreeSet<String>,
 }
@@ -173,9 +198,24 @@ impl CallbackLogSource {
     ) -> Self {
         Self {
             lookup,
+            lister: None,
             callback,
             runner_providers: runner_providers.into_iter().collect(),
         }
+    }
+
+    /// The same, listing the node's Pods with `lister` for their usage.
+    pub fn with_lister(mut self, lister: PodLister) -> Self {
+        self.lister = Some(lister);
+        self
+    }
+
+    fn run_by_runner(&self, placement: &PodPlacement) -> bool {
+        placement.runner
+            || placement
+                .provider
+                .as_ref()
+                .is_some_and(|p| self.runner_providers.contains(p))
     }
 
     /// The placement of `pod`, checked against `container`.
@@ -206,13 +246,11 @@ impl LogSource for CallbackLogSource {
             container: container.to_owned(),
             reason,
         };
-        let Some(provider) = placement.provider else {
+        let Some(provider) = placement.provider.clone() else {
             return Err(waiting("the pod is not placed on a cloud yet".into()));
         };
         let callback = match &self.callback {
-            Some(callback) if placement.runner || self.runner_providers.contains(&provider) => {
-                callback
-            }
+            Some(callback) if self.run_by_runner(&placement) => callback,
             _ => return Err(LogError::NoLogApi { provider }),
         };
         callback
@@ -226,5 +264,24 @@ impl LogSource for CallbackLogSource {
                     message: other.to_string(),
                 },
             })
+    }
+
+    fn usage(&self) -> Vec<PodUsage> {
+        let (Some(lister), Some(callback)) = (&self.lister, &self.callback) else {
+            return Vec::new();
+        };
+        lister()
+            .into_iter()
+            .filter(|(_, _, placement)| self.run_by_runner(placement))
+            .filter_map(|(namespace, name, placement)| {
+                Some(PodUsage {
+                    stats: callback.stats(&placement.uid)?,
+                    container: placement.containers.first()?.clone(),
+                    uid: placement.uid,
+                    namespace,
+                    name,
+                })
+            })
+            .collect()
     }
 }
