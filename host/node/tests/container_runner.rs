@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use futures::{AsyncBufReadExt, StreamExt};
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, LogParams, PostParams};
 use serde_json::json;
@@ -157,6 +159,24 @@ async fn runpod_and_vast_pods_run_through_the_runner_with_logs_and_exit_codes() 
     for provider in ["runpod", "vast"] {
         let name = format!("term-{provider}");
         wait_phase(&world, &name, &["Running"]).await;
+        // `kubectl logs -f` follows the running workload.
+        let follow = LogParams {
+            follow: true,
+            ..logs_params()
+        };
+        let mut lines = world
+            .pods()
+            .log_stream(&name, &follow)
+            .await
+            .unwrap()
+            .lines();
+        let first = tokio::time::timeout(Duration::from_secs(20), lines.next())
+            .await
+            .expect("a line in time")
+            .expect("the stream is open")
+            .unwrap();
+        assert_eq!(first, "ready", "{name}");
+        drop(lines);
         world
             .pods()
             .delete(&name, &DeleteParams::default())
