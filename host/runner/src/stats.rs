@@ -21,16 +21,26 @@ use crate::client::CallbackClient;
 /// for user space whatever the kernel's own tick.
 const USER_HZ: u64 = 100;
 
-/// The process tree rooted at `root`: its pid and every descendant's.
-fn tree(root: u32) -> Vec<u32> {
+/// The process tree rooted at `root`: its pid and every descendant's, each with the CPU ticks
+/// (user and system) it used, from one pass over `/proc`.
+fn tree(root: u32) -> Vec<(u32, u64)> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut ticks: HashMap<u32, u64> = HashMap::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        if let Some(ppid) = stat_fields(pid).and_then(|f| f.get(1)?.parse::<u32>().ok()) {
-            children.entry(ppid).or_default().push(pid);
+        let Some(f) = stat_fields(pid) else {
+            continue;
+        };
+        let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+        if let Some(ppid) = n(1) {
+            children.entry(ppid as u32).or_default().push(pid);
         }
+        ticks.insert(pid, n(11).unwrap_or(0) + n(12).unwrap_or(0));
+    }
+    if !ticks.contains_key(&root) {
+        return Vec::new();
     }
     let mut out = vec![root];
     let mut at = 0;
@@ -40,7 +50,9 @@ fn tree(root: u32) -> Vec<u32> {
         }
         at += 1;
     }
-    out
+    out.into_iter()
+        .map(|pid| (pid, ticks.get(&pid).copied().unwrap_or(0)))
+        .collect()
 }
 
 /// The fields of `/proc/<pid>/stat` after the command name: state, ppid, ... (index 0 is the
@@ -54,13 +66,13 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
 
 /// CPU nanoseconds and resident bytes of the tree rooted at `root`; `None` once it is gone.
 fn usage(root: u32) -> Option<(u64, u64)> {
-    stat_fields(root)?;
+    let tree = tree(root);
+    if tree.is_empty() {
+        return None;
+    }
     let (mut ticks, mut rss_kib) = (0u64, 0u64);
-    for pid in tree(root) {
-        if let Some(f) = stat_fields(pid) {
-            let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            ticks += n(11) + n(12);
-        }
+    for (pid, used) in tree {
+        ticks += used;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         rss_kib += status
             .lines()

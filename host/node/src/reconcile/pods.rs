@@ -330,11 +330,7 @@ impl Reconciler {
             ),
             // The runner's exit code decides, whatever the instance now says: a container whose
             // runner ran the workload stops when it ends.
-            Some(i) if matches!(runner, Some(RunnerStatus::Exited(_))) => {
-                let code = match runner {
-                    Some(RunnerStatus::Exited(code)) => code,
-                    _ => 1,
-                };
+            Some(i) if let Some(RunnerStatus::Exited(code)) = runner => {
                 return self.exited(pod, &b, status, i, code).await;
             }
             Some(i) if i.phase == InstancePhase::Running => {

@@ -106,22 +106,46 @@ pub fn render_user_data(
         format!("--setenv={BOOTSTRAP_TOKEN_ENV}={}", token.expose()),
         format!("--setenv={CREDENTIAL_ENV}={}", credential.expose()),
     ]);
-    start.extend([
+    start.extend(runner_argv(
         path,
-        "--callback-url".into(),
-        callback_url.to_string(),
-        "--ca-pem-base64".into(),
-        STANDARD.encode(ca_pem),
-        "--executor".into(),
-        options.executor.as_str().into(),
-        "--network".into(),
-        options.network.clone(),
-        "--heartbeat-interval".into(),
-        format!("{}ms", options.heartbeat_interval.as_millis()),
-    ]);
+        callback_url,
+        ca_pem,
+        options.executor,
+        Some(&options.network),
+        options.heartbeat_interval,
+    ));
     runcmd.push(start);
     let yaml = serde_yaml::to_string(&CloudConfig { runcmd }).unwrap_or_default();
     format!("#cloud-config\n{yaml}")
+}
+
+/// The runner at `path` and its flags: the callback to call, the CA to trust, how to run the
+/// workload, and how often to beat.
+fn runner_argv(
+    path: String,
+    callback_url: &str,
+    ca_pem: &str,
+    executor: ExecutorKind,
+    network: Option<&str>,
+    heartbeat_interval: Duration,
+) -> Vec<String> {
+    let mut argv = vec![
+        path,
+        "--callback-url".into(),
+        callback_url.to_owned(),
+        "--ca-pem-base64".into(),
+        STANDARD.encode(ca_pem),
+        "--executor".into(),
+        executor.as_str().into(),
+    ];
+    if let Some(network) = network {
+        argv.extend(["--network".into(), network.to_owned()]);
+    }
+    argv.extend([
+        "--heartbeat-interval".into(),
+        format!("{}ms", heartbeat_interval.as_millis()),
+    ]);
+    argv
 }
 
 /// Where a container downloads the runner to (a container's `/tmp` is writable by any user).
@@ -165,17 +189,15 @@ pub fn render_container_start(
         }
         None => options.runner_path.clone(),
     };
-    let start = [
+    // No `--network`: the process executor has no container network.
+    let start = runner_argv(
         path,
-        "--callback-url".into(),
-        callback_url.to_owned(),
-        "--ca-pem-base64".into(),
-        STANDARD.encode(ca_pem),
-        "--executor".into(),
-        ExecutorKind::Process.as_str().into(),
-        "--heartbeat-interval".into(),
-        format!("{}ms", options.heartbeat_interval.as_millis()),
-    ];
+        callback_url,
+        ca_pem,
+        ExecutorKind::Process,
+        None,
+        options.heartbeat_interval,
+    );
     let words: Vec<String> = start.iter().map(|w| quote(w)).collect();
     lines.push(format!("exec {}", words.join(" ")));
     let command = vec!["sh".to_owned(), "-c".to_owned(), lines.join("\n")];
