@@ -13,56 +13,12 @@ use std::time::Duration;
 use futures::{AsyncBufReadExt, StreamExt};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, LogParams, PostParams};
-use serde_json::json;
+use kube::api::{DeleteParams, LogParams};
 
 mod runner_bin;
 mod support;
 mod vm_support;
 use vm_support::World;
-
-/// A Pod on `provider` running `command`, never restarted.
-async fn pod(world: &World, name: &str, provider: &str, command: &[&str], runner: bool) {
-    let mut annotations = json!({"cloud.aibrix.ai/providers": provider});
-    if !runner {
-        annotations["cloud.aibrix.ai/runner"] = json!("false");
-    }
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {
-            "nodeName": world.node,
-            "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
-                "command": command,
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
-        }
-    }))
-    .unwrap();
-    world
-        .pods()
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
-}
-
-/// Waits for the Pod's phase to be one of `phases`; returns the Pod.
-async fn wait_phase(world: &World, name: &str, phases: &[&str]) -> Pod {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        let pod = world.pods().get(name).await.unwrap();
-        let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-        if phase.as_deref().is_some_and(|p| phases.contains(&p)) {
-            return pod;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} is {phase:?}, not {phases:?}: {:?}\n{}",
-            pod.status,
-            world.node_log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 fn exit_code(pod: &Pod) -> Option<i32> {
     pod.status
@@ -96,14 +52,14 @@ async fn runpod_and_vast_pods_run_through_the_runner_with_logs_and_exit_codes() 
             "trap 'echo TERM > {}; exit 0' TERM; echo ready; while true; do sleep 0.1; done",
             mark.display()
         );
-        pod(
-            &world,
-            &format!("term-{provider}"),
-            provider,
-            &["sh", "-c", &trap],
-            true,
-        )
-        .await;
+        world
+            .command_pod(
+                &format!("term-{provider}"),
+                provider,
+                &["sh", "-c", &trap],
+                true,
+            )
+            .await;
         let mut ok = vec![
             "sh",
             "-c",
@@ -111,13 +67,17 @@ async fn runpod_and_vast_pods_run_through_the_runner_with_logs_and_exit_codes() 
         ];
         ok.push("argv0");
         ok.extend(tricky);
-        pod(&world, &format!("ok-{provider}"), provider, &ok, true).await;
+        world
+            .command_pod(&format!("ok-{provider}"), provider, &ok, true)
+            .await;
         let fail = ["sh", "-c", "echo about to fail; exit 3"];
-        pod(&world, &format!("fail-{provider}"), provider, &fail, true).await;
+        world
+            .command_pod(&format!("fail-{provider}"), provider, &fail, true)
+            .await;
     }
     for provider in ["runpod", "vast"] {
         let name = format!("ok-{provider}");
-        let done = wait_phase(&world, &name, &["Succeeded", "Failed"]).await;
+        let done = world.wait_phase(&name, &["Succeeded", "Failed"]).await;
         assert_eq!(
             done.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded"),
@@ -144,7 +104,7 @@ async fn runpod_and_vast_pods_run_through_the_runner_with_logs_and_exit_codes() 
         );
 
         let name = format!("fail-{provider}");
-        let failed = wait_phase(&world, &name, &["Succeeded", "Failed"]).await;
+        let failed = world.wait_phase(&name, &["Succeeded", "Failed"]).await;
         assert_eq!(
             failed.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Failed"),
@@ -158,7 +118,7 @@ async fn runpod_and_vast_pods_run_through_the_runner_with_logs_and_exit_codes() 
     // Deleting a running Pod stops its container: SIGTERM reaches the workload.
     for provider in ["runpod", "vast"] {
         let name = format!("term-{provider}");
-        wait_phase(&world, &name, &["Running"]).await;
+        world.wait_phase(&name, &["Running"]).await;
         // `kubectl logs -f` follows the running workload.
         let follow = LogParams {
             follow: true,
@@ -211,8 +171,10 @@ async fn runpod_and_vast_pods_run_through_the_runner_with_logs_and_exit_codes() 
 async fn a_pod_that_opts_out_runs_its_command_directly_and_has_no_logs() {
     let world = World::containers("ctout").await;
     let mut node = world.spawn();
-    pod(&world, "direct", "runpod", &["sleep", "3600"], false).await;
-    wait_phase(&world, "direct", &["Running"]).await;
+    world
+        .command_pod("direct", "runpod", &["sleep", "3600"], false)
+        .await;
+    world.wait_phase("direct", &["Running"]).await;
     // Nothing ran the runner: RunPod got the Pod's own command, and there is no log.
     let err = world
         .pods()
@@ -230,17 +192,13 @@ async fn a_pod_that_opts_out_runs_its_command_directly_and_has_no_logs() {
 /// The node's self-signed serving certificate is not checked, as with metrics-server's
 /// `--kubelet-insecure-tls`. Returns the status and the body.
 async fn direct(world: &World, path: &str, user: &str, groups: &[&str]) -> (u16, String) {
-    let pair = world.ctx.control_plane.client_cert(user, groups).unwrap();
-    let pem = format!("{}{}", pair.cert_pem, pair.key_pem);
-    let client = reqwest::Client::builder()
-        .use_rustls_tls()
-        .danger_accept_invalid_certs(true)
-        .identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap())
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap();
     let url = format!("https://127.0.0.1:{}{path}", world.kubelet_port);
-    let response = client.get(url).send().await.unwrap();
+    let response = world
+        .kubelet_client(user, groups)
+        .get(url)
+        .send()
+        .await
+        .unwrap();
     let status = response.status().as_u16();
     (status, response.text().await.unwrap())
 }
@@ -257,8 +215,10 @@ async fn a_runner_pod_s_usage_is_served_as_the_kubelet_s_summary_and_resource_me
     let mut node = world.spawn();
     // Busy, and holding some memory, so that both figures move.
     let busy = "x=$(head -c 4000000 /dev/zero | tr '\\0' a); while true; do :; done";
-    pod(&world, "busy", "vast", &["sh", "-c", busy], true).await;
-    wait_phase(&world, "busy", &["Running"]).await;
+    world
+        .command_pod("busy", "vast", &["sh", "-c", busy], true)
+        .await;
+    world.wait_phase("busy", &["Running"]).await;
     let uid = world
         .pods()
         .get("busy")

@@ -393,7 +393,16 @@ async fn the_kubelet_port_serves_only_callers_the_api_server_vouches_for() {
     let response = trusted.get(&logs).send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(response.text().await.unwrap(), "hello\n");
-    let elsewhere = trusted.get(rig.kubelet_url("/exec/x/y/z")).send().await;
+    // Exec without the SPDY upgrade is refused as a kubelet refuses it; an unknown path is 404.
+    let plain = trusted
+        .get(rig.kubelet_url("/exec/x/y/z"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 400);
+    let body = plain.text().await.unwrap();
+    assert!(body.contains("missing upgrade headers"), "{body}");
+    let elsewhere = trusted.get(rig.kubelet_url("/run/x/y/z")).send().await;
     assert_eq!(elsewhere.unwrap().status(), 404);
     let sidecar = trusted.get(logs.replace("/main", "/sidecar")).send().await;
     let sidecar = sidecar.unwrap();

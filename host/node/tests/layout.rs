@@ -43,7 +43,10 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "neocloud-node",
         ],
     ),
-    ("neocloud-protocol", &["kube", "wasmtime", "tokio"]),
+    (
+        "neocloud-protocol",
+        &["kube", "wasmtime", "reqwest", "hyper"],
+    ),
     ("neocloud-core", &["kube", "wasmtime", "reqwest"]),
     ("neocloud-broker", &["kube"]),
     ("neocloud-providers", &["kube", "wasmtime"]),
@@ -191,6 +194,7 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         "k8s-openapi",
         "tokio",
         "reqwest",
+        "hyper",
         "neocloud-broker",
     ] {
         graph.entry(name.into()).or_default();
@@ -233,4 +237,36 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         "{broken:#?}"
     );
     assert_eq!(broken.len(), 4, "{broken:#?}");
+}
+
+/// The lines of the TOML sections whose headers start with `prefix`, without blanks and
+/// comments.
+fn lint_lines(toml: &str, prefix: &str) -> Vec<String> {
+    let mut inside = false;
+    let mut lines = Vec::new();
+    for line in toml.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line.starts_with(prefix);
+            continue;
+        }
+        if inside && !line.is_empty() && !line.starts_with('#') {
+            lines.push(line.to_owned());
+        }
+    }
+    lines
+}
+
+/// The runner relaxes `unsafe_code` from `forbid` to `deny` (its pseudo-terminal code allows
+/// it in one module) and must otherwise keep every workspace lint.
+#[test]
+fn the_runner_keeps_the_workspace_lints_but_unsafe_code() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let runner = std::fs::read_to_string(root.join("host/runner/Cargo.toml")).unwrap();
+    let expected: Vec<String> = lint_lines(&workspace, "[workspace.lints.")
+        .into_iter()
+        .map(|l| l.replace("unsafe_code = \"forbid\"", "unsafe_code = \"deny\""))
+        .collect();
+    assert!(expected.len() > 5, "{expected:?}");
+    assert_eq!(lint_lines(&runner, "[lints."), expected);
 }

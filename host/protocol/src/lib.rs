@@ -8,6 +8,7 @@
 //! the runner links it onto every rented VM.
 
 mod secret;
+pub mod session;
 pub mod wire;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

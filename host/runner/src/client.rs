@@ -15,6 +15,7 @@ use reqwest::{Certificate, Client, Method, RequestBuilder, StatusCode, Url};
 use serde::de::DeserializeOwned;
 use tokio::sync::Mutex;
 
+use neocloud_protocol::session::{SESSION_UPGRADE, SessionOffer};
 use neocloud_protocol::{
     ErrorBody, Heartbeat, ReauthRequest, RunnerState, Secret, SessionToken, StatusReport,
     TokenRequest, TokenResponse, Workload, WorkloadStats, unix_now,
@@ -278,6 +279,59 @@ impl CallbackClient {
     }
 }
 
+impl CallbackClient {
+    /// `GET /v1/sessions`: the next session the node asks for, or `None` when none came within
+    /// the node's poll time (ask again). One poll at a time is enough: offers queue.
+    pub async fn next_session(&self) -> Result<Option<SessionOffer>, RunnerError> {
+        const WHAT: &str = "poll for sessions";
+        let response = self
+            .call(WHAT, Method::GET, "v1/sessions", false, |r| r)
+            .await?;
+        if response.status() == StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        json(response).await.map(Some).map_err(|e| e.during(WHAT))
+    }
+
+    /// `GET /v1/sessions/{id}` upgraded: the connection of the session the node offered as
+    /// `id`, on which [`Frame`](neocloud_protocol::session::Frame)s are spoken. Not retried
+    /// (an offer is single use) except once after a refused session.
+    pub async fn open_session(&self, id: &str) -> Result<reqwest::Upgraded, RunnerError> {
+        const WHAT: &str = "open a session";
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return Err(RunnerError::Http {
+                what: WHAT,
+                message: format!("the node offered a session with an invalid id {id:?}"),
+            });
+        }
+        let path = format!("v1/sessions/{id}");
+        let mut again = true;
+        loop {
+            let request = self
+                .authed(Method::GET, &path)
+                .await?
+                .header(reqwest::header::CONNECTION, "upgrade")
+                .header(reqwest::header::UPGRADE, SESSION_UPGRADE)
+                .timeout(REQUEST_TIMEOUT);
+            let response = request.send().await.map_err(|e| RunnerError::Http {
+                what: WHAT,
+                message: error_chain(&e),
+            })?;
+            if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                return response.upgrade().await.map_err(|e| RunnerError::Http {
+                    what: WHAT,
+                    message: error_chain(&e),
+                });
+            }
+            let e = refusal(WHAT, response).await;
+            if !(again && self.recover(&e).await) {
+                return Err(e);
+            }
+            again = false;
+        }
+    }
+}
+
 /// How many times a call that failed in transit or with 429 or 5xx is tried.
 const SEND_ATTEMPTS: usize = 6;
 
@@ -320,19 +374,24 @@ async fn send(
         what,
         message: error_chain(&e),
     })?;
-    let status = response.status();
-    if status.is_success() {
+    if response.status().is_success() {
         return Ok(response);
     }
+    Err(refusal(what, response).await)
+}
+
+/// The error a node's non-success answer says.
+async fn refusal(what: &'static str, response: reqwest::Response) -> RunnerError {
+    let status = response.status();
     let message = match response.json::<ErrorBody>().await {
         Ok(body) => body.error,
         Err(_) => status.canonical_reason().unwrap_or("error").to_string(),
     };
-    Err(RunnerError::Refused {
+    RunnerError::Refused {
         what,
         status: status.as_u16(),
         message,
-    })
+    }
 }
 
 async fn json<T: DeserializeOwned>(response: reqwest::Response) -> Result<T, RunnerError> {

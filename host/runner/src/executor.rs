@@ -32,11 +32,13 @@ pub struct Started {
 }
 
 /// Starts `workload`; its output lines go to `logs` (dropped, and counted, when it is full).
-/// `network` is the container's network mode (`docker run --network`); unused by processes.
+/// `network` is the container's network mode (`docker run --network`) and `container` its name
+/// (sessions `docker exec` into it); both unused by processes.
 pub fn start(
     kind: ExecutorKind,
     workload: &Workload,
     network: &str,
+    container: &str,
     logs: &mpsc::Sender<LogRecord>,
 ) -> Result<Started, RunnerError> {
     let (mut command, env_file) = match kind {
@@ -44,7 +46,7 @@ pub fn start(
         ExecutorKind::Docker => {
             let env_file = EnvFile::write(workload)?;
             let mut command = Command::new("docker");
-            command.args(docker_args(workload, env_file.path(), network));
+            command.args(docker_args(workload, env_file.path(), network, container));
             (command, Some(env_file))
         }
     };
@@ -81,13 +83,35 @@ fn process_command(workload: &Workload) -> Result<Command, RunnerError> {
     Ok(command)
 }
 
-/// The arguments of `docker` for a workload; env values are in `env_file`, not here. Like
+/// The name of the workload's container for the binding a session's SPIFFE ID names
+/// (`.../binding/{uid}`): `neocloud-{uid}`, with characters Docker refuses in names left out.
+pub fn container_name(spiffe_id: &str) -> String {
+    let uid = spiffe_id.rsplit('/').next().unwrap_or_default();
+    let uid: String = uid
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .collect();
+    if uid.is_empty() {
+        "neocloud-workload".to_owned()
+    } else {
+        format!("neocloud-{uid}")
+    }
+}
+
+/// The arguments of `docker` for a workload named `container`; env values are in `env_file`,
+/// not here. Like
 /// Kubernetes, `command` replaces the image's entrypoint and `args` its cmd. Every option takes
 /// its value in the same word (`--workdir=/w`), and `--` ends the options before the image: no
 /// value from the Pod can be read by `docker` as an option of its own (an image `--privileged`
 /// is an image name docker refuses, not a privileged container).
-pub fn docker_args(workload: &Workload, env_file: &Path, network: &str) -> Vec<String> {
+pub fn docker_args(
+    workload: &Workload,
+    env_file: &Path,
+    network: &str,
+    container: &str,
+) -> Vec<String> {
     let mut out: Vec<String> = ["run", "--rm", "--gpus", "all"].map(String::from).into();
+    out.push(format!("--name={container}"));
     out.push(format!("--network={network}"));
     out.push(format!("--env-file={}", env_file.display()));
     if let Some(dir) = &workload.working_dir {

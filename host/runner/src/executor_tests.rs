@@ -15,11 +15,16 @@ fn workload() -> Workload {
 
 #[test]
 fn docker_args_use_all_gpus_and_keep_env_values_off_the_command_line() {
-    let args = docker_args(&workload(), Path::new("/tmp/x.env"), "host");
+    let args = docker_args(
+        &workload(),
+        Path::new("/tmp/x.env"),
+        "host",
+        "neocloud-uid-1",
+    );
     assert_eq!(&args[..4], ["run", "--rm", "--gpus", "all"]);
     let joined = args.join(" ");
     assert!(
-        joined.contains("--network=host --env-file=/tmp/x.env"),
+        joined.contains("--name=neocloud-uid-1 --network=host --env-file=/tmp/x.env"),
         "{joined}"
     );
     assert!(!joined.contains("hf_secret_value"));
@@ -34,7 +39,7 @@ fn docker_args_use_all_gpus_and_keep_env_values_off_the_command_line() {
 fn docker_args_without_command_keep_the_image_entrypoint() {
     let mut w = workload();
     w.command.clear();
-    let args = docker_args(&w, Path::new("/tmp/x.env"), "bridge");
+    let args = docker_args(&w, Path::new("/tmp/x.env"), "bridge", "neocloud-uid-1");
     assert!(!args.iter().any(|a| a.starts_with("--entrypoint")));
     assert!(args.contains(&"--network=bridge".to_string()));
     assert_eq!(
@@ -52,7 +57,7 @@ fn nothing_from_the_pod_is_read_as_a_docker_option() {
         env: vec![],
         working_dir: Some("--pid=host".into()),
     };
-    let args = docker_args(&w, Path::new("/tmp/x.env"), "host");
+    let args = docker_args(&w, Path::new("/tmp/x.env"), "host", "neocloud-uid-1");
     let end = args.iter().position(|a| a == "--").expect("options end");
     // Before `--` every option carries its value in the same word; after it, only operands.
     for a in &args[4..end] {
@@ -92,7 +97,7 @@ async fn process_executor_pipes_both_streams_with_env() {
         ..Workload::default()
     };
     let (tx, mut rx) = mpsc::channel(16);
-    let mut started = start(ExecutorKind::Process, &w, "host", &tx).expect("start");
+    let mut started = start(ExecutorKind::Process, &w, "host", "c", &tx).expect("start");
     drop(tx);
     let status = started.child.wait().await.expect("wait");
     assert_eq!(status.code(), Some(4));
@@ -127,7 +132,14 @@ async fn long_lines_are_split_into_bounded_records() {
 #[test]
 fn missing_command_is_an_error() {
     let (tx, _rx) = mpsc::channel(1);
-    let err = start(ExecutorKind::Process, &Workload::default(), "host", &tx).expect_err("none");
+    let err = start(
+        ExecutorKind::Process,
+        &Workload::default(),
+        "host",
+        "c",
+        &tx,
+    )
+    .expect_err("none");
     assert!(matches!(err, RunnerError::NoCommand));
 }
 
@@ -148,9 +160,17 @@ async fn the_workload_never_sees_the_runner_s_bootstrap_token_or_credential() {
         ..Workload::default()
     };
     let (tx, mut rx) = mpsc::channel(4);
-    let mut started = start(ExecutorKind::Process, &w, "host", &tx).expect("start");
+    let mut started = start(ExecutorKind::Process, &w, "host", "c", &tx).expect("start");
     drop(tx);
     started.child.wait().await.expect("wait");
     let line = rx.recv().await.expect("a line").line;
     assert_eq!(line, "none none kept");
+}
+
+#[test]
+fn container_names_come_from_the_binding_and_are_valid_for_docker() {
+    let name = container_name("spiffe://neocloud.local/neocloud/binding/0b1c-2d3e");
+    assert_eq!(name, "neocloud-0b1c-2d3e");
+    assert_eq!(container_name("spiffe://x/binding/a b;c"), "neocloud-abc");
+    assert_eq!(container_name(""), "neocloud-workload");
 }

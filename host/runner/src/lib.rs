@@ -2,7 +2,8 @@
 //! command into the VM's `user_data`), it exchanges its bootstrap token for a session with the
 //! node's callback server over TLS (trusting only the certificate it was given), fetches the
 //! workload, runs it, reports `Starting` → `Running` → `Exited`, heartbeats (saying its state),
-//! streams logs, and exits with the workload's exit code. When the node restarts or another
+//! streams logs, serves `kubectl exec` and `kubectl port-forward` sessions the node tunnels to
+//! it ([`serve_sessions`]), and exits with the workload's exit code. When the node restarts or another
 //! replica takes over, the runner carries on: the session stays valid (the replicas share its
 //! key), a refused one is replaced with the binding's re-authentication credential, log records
 //! of failed requests are sent again, and the final report is retried for minutes.
@@ -13,6 +14,7 @@
 
 mod client;
 mod executor;
+mod session;
 mod shipper;
 mod stats;
 
@@ -26,8 +28,9 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 pub use client::CallbackClient;
-pub use executor::{EnvFile, docker_args};
+pub use executor::{EnvFile, container_name, docker_args};
 pub use neocloud_protocol::{BOOTSTRAP_TOKEN_ENV, DEFAULT_HEARTBEAT_INTERVAL, ExecutorKind};
+pub use session::{ExecTarget, forward, serve_session, serve_sessions};
 
 /// How long the final `Exited` report is tried (heartbeats go on meanwhile), so a node that is
 /// failing over still learns the exit code.
@@ -196,7 +199,14 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     ));
     let (logs_tx, logs_rx) = mpsc::channel(16 * 1024);
     let shipper = tokio::spawn(shipper::ship(client.clone(), logs_rx));
-    let started = executor::start(args.executor, &workload, &args.network, &logs_tx);
+    let container = container_name(&spiffe_id);
+    let started = executor::start(
+        args.executor,
+        &workload,
+        &args.network,
+        &container,
+        &logs_tx,
+    );
     drop(logs_tx);
     let mut started = match started {
         Ok(started) => started,
@@ -213,7 +223,10 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
         .then(|| started.child.id())
         .flatten();
     let stats = tokio::spawn(stats::report(client.clone(), root, args.heartbeat_interval));
+    let target = ExecTarget::for_workload(args.executor, &workload, &container);
+    let sessions = tokio::spawn(serve_sessions(client.clone(), Arc::new(target)));
     let status = wait_forwarding_signals(&mut started.child).await;
+    sessions.abort();
     stats.abort();
     drop(started.env_file.take());
     if tokio::time::timeout(LOG_DRAIN_TIMEOUT, shipper)

@@ -187,6 +187,64 @@ impl World {
         Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace)
     }
 
+    /// A Pod on `provider` running `command`, never restarted; its command is run by the
+    /// runner unless `runner` is false (`cloud.aibrix.ai/runner: "false"`).
+    pub async fn command_pod(&self, name: &str, provider: &str, command: &[&str], runner: bool) {
+        let mut annotations = json!({"cloud.aibrix.ai/providers": provider});
+        if !runner {
+            annotations["cloud.aibrix.ai/runner"] = json!("false");
+        }
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {
+                "nodeName": self.node,
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                    "command": command,
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+            }
+        }))
+        .unwrap();
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+    }
+
+    /// Waits up to 90 s for the Pod's phase to be one of `phases`; returns the Pod.
+    pub async fn wait_phase(&self, name: &str, phases: &[&str]) -> Pod {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let pod = self.pods().get(name).await.unwrap();
+            let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+            if phase.as_deref().is_some_and(|p| phases.contains(&p)) {
+                return pod;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name} is {phase:?}, not {phases:?}: {:?}\n{}",
+                pod.status,
+                self.node_log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// A client of the node's kubelet API as `user` in `groups` (a client certificate from the
+    /// cluster's CA), calling it directly as metrics-server does. The node's self-signed serving
+    /// certificate is not checked, as with metrics-server's `--kubelet-insecure-tls`.
+    pub fn kubelet_client(&self, user: &str, groups: &[&str]) -> reqwest::Client {
+        let pair = self.ctx.control_plane.client_cert(user, groups).unwrap();
+        let pem = format!("{}{}", pair.cert_pem, pair.key_pem);
+        reqwest::Client::builder()
+            .use_rustls_tls()
+            .danger_accept_invalid_certs(true)
+            .identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap())
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap()
+    }
+
     pub fn bindings(&self) -> Api<CloudPodBinding> {
         Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace)
     }

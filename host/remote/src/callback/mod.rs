@@ -12,6 +12,10 @@
 //! [`adopt`](CallbackHandle::adopt)s the bindings it finds, and until the adoption window after
 //! its start has passed, a runner of a binding not adopted yet is told to try again (503).
 //!
+//! Sessions (`kubectl exec`, `kubectl port-forward`) reach the runner the other way round: the
+//! node [`open_session`](CallbackHandle::open_session)s, the runner, which keeps a poll open for
+//! offers, dials back and its connection is handed to the opener ([`sessions`]).
+//!
 //! Not the reconciler: deciding what a `Lost` or `Exited` binding means for its Pod is the
 //! node's job. Not the runner itself (the `neocloud-runner` crate) nor the JSON shapes it shares
 //! with this server (the `neocloud-protocol` crate, re-exported here).
@@ -21,6 +25,7 @@ pub mod identity;
 mod logs;
 mod ratelimit;
 mod server;
+pub mod sessions;
 mod state;
 pub mod tokens;
 mod user_data;
@@ -38,6 +43,7 @@ pub use neocloud_protocol::{
 };
 pub use ratelimit::RateLimit;
 pub use server::CallbackServer;
+pub use sessions::{SessionIo, SessionStream};
 pub use state::CallbackHandle;
 pub use tokens::TokenError;
 pub use user_data::{
@@ -74,6 +80,10 @@ pub struct CallbackConfig {
     /// than 403: the time the node takes to find its bindings again after a restart (none by
     /// default: nothing to adopt).
     pub adoption_window: Duration,
+    /// How long [`CallbackHandle::open_session`] waits for the runner to dial back (15 s).
+    pub session_open_timeout: Duration,
+    /// How many sessions a binding may have open (or being opened) at once (16).
+    pub max_sessions_per_binding: usize,
 }
 
 impl Default for CallbackConfig {
@@ -95,6 +105,8 @@ impl Default for CallbackConfig {
             },
             keys: RunnerKeys::random(),
             adoption_window: Duration::ZERO,
+            session_open_timeout: Duration::from_secs(15),
+            max_sessions_per_binding: 16,
         }
     }
 }
@@ -136,6 +148,40 @@ pub enum CallbackError {
     /// The listening socket could not be opened.
     #[error("runner callback: {0}")]
     Bind(String),
+    /// The binding's runner has exited or was declared lost: nothing can serve a session.
+    #[error("the runner of binding {uid} has {how}: no session can be opened")]
+    RunnerGone {
+        /// The binding.
+        uid: String,
+        /// "exited" or "been declared lost".
+        how: &'static str,
+    },
+    /// The runner did not dial back for a session in time.
+    #[error("the runner of binding {uid} did not open the session within {after:?}: {why}")]
+    SessionTimeout {
+        /// The binding.
+        uid: String,
+        /// How long the node waited.
+        after: Duration,
+        /// Whether the runner took the offer at all, in words.
+        why: &'static str,
+    },
+    /// The binding already has as many sessions as it may.
+    #[error("binding {uid} already has {limit} sessions open or opening: close one first")]
+    TooManySessions {
+        /// The binding.
+        uid: String,
+        /// The limit ([`CallbackConfig::max_sessions_per_binding`]).
+        limit: usize,
+    },
+    /// The runner dialled back but the connection could not be taken over.
+    #[error("failed to open a session with the runner of binding {uid}: {message}")]
+    SessionFailed {
+        /// The binding.
+        uid: String,
+        /// Why.
+        message: String,
+    },
 }
 
 impl From<crate::tls::TlsError> for CallbackError {

@@ -10,6 +10,9 @@
 //! - `POST /v1/heartbeat` (Bearer) with an optional [`Heartbeat`](super::Heartbeat) → 204.
 //! - `POST /v1/stats` (Bearer) with a `WorkloadStats` → 204: the workload's latest usage.
 //! - `POST /v1/logs` (Bearer) newline-delimited [`LogRecord`]s, streamed.
+//! - `GET /v1/sessions` (Bearer) → the next [`SessionOffer`](neocloud_protocol::session::SessionOffer)
+//!   of the binding (a long poll, 204 when none came), and `GET /v1/sessions/{id}` (Bearer,
+//!   `Upgrade`) → 101 and the session's frames ([`super::sessions`]).
 //!
 //! A session names exactly one binding and no route takes a binding from the request, so a
 //! runner can only ever read or write its own binding. Authenticated routes are rate limited per
@@ -48,7 +51,7 @@ use crate::tls::{ClientAddr, TlsListener, TlsMaterial};
 /// The longest accepted log record (one NDJSON line), in bytes.
 const MAX_LOG_RECORD: usize = 256 * 1024;
 
-type AppState = State<Arc<Shared>>;
+pub(super) type AppState = State<Arc<Shared>>;
 
 /// A running callback server.
 #[derive(Debug)]
@@ -158,10 +161,12 @@ fn routes(state: Arc<Shared>) -> Router {
         .route("/v1/heartbeat", post(heartbeat))
         .route("/v1/stats", post(stats))
         .route("/v1/logs", post(logs))
+        .route("/v1/sessions", get(super::sessions::poll))
+        .route("/v1/sessions/{id}", get(super::sessions::dial))
         .with_state(state)
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     let body = ErrorBody {
         error: message.into(),
     };
@@ -174,7 +179,12 @@ fn refusal(e: &CallbackError) -> Response {
         CallbackError::Token(_) => StatusCode::UNAUTHORIZED,
         CallbackError::NotRegistered(_) => StatusCode::FORBIDDEN,
         CallbackError::NotAdoptedYet(_) => return unavailable(e.to_string()),
-        CallbackError::Tls(_) | CallbackError::Bind(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        CallbackError::RunnerGone { .. } => StatusCode::FORBIDDEN,
+        CallbackError::TooManySessions { .. } => StatusCode::TOO_MANY_REQUESTS,
+        CallbackError::SessionTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        CallbackError::Tls(_) | CallbackError::Bind(_) | CallbackError::SessionFailed { .. } => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
     };
     error(status, e.to_string())
 }
@@ -187,7 +197,7 @@ fn unavailable(message: impl Into<String>) -> Response {
     response
 }
 
-fn no_store(mut response: Response) -> Response {
+pub(super) fn no_store(mut response: Response) -> Response {
     let value = HeaderValue::from_static("no-store");
     response.headers_mut().insert(header::CACHE_CONTROL, value);
     response
@@ -259,7 +269,7 @@ async fn reauth(
 }
 
 /// The binding a request's session token proves; rate limited per binding.
-struct Authed(String);
+pub(super) struct Authed(pub(super) String);
 
 impl FromRequestParts<Arc<Shared>> for Authed {
     type Rejection = Response;

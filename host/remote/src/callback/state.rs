@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::logs::{LogBuffer, LogLine, LogOptions};
 use super::ratelimit::Limiter;
+use super::sessions::Sessions;
 use super::tokens::{BootstrapToken, BootstrapTokens, IssuedSession, Secret, SessionSigner};
 use super::{CallbackConfig, CallbackError, RunnerEvent, RunnerEventKind};
 use super::{LogRecord, RunnerState, StatusReport, Workload};
@@ -66,6 +67,8 @@ pub(crate) struct State {
     forgotten: Mutex<HashSet<String>>,
     /// Set when the server shuts down, so open log streams end instead of holding it up.
     pub closing: tokio::sync::watch::Sender<bool>,
+    /// Sessions offered to runners and not yet dialled back.
+    pub sessions: Sessions,
 }
 
 /// What the node holds to register workloads and read logs; cheap to clone.
@@ -122,6 +125,7 @@ impl CallbackHandle {
         if let Some(old) = self.0.bindings.lock().remove(uid) {
             old.logs.close();
         }
+        self.0.sessions.forget(uid);
     }
 
     /// The binding's log as the kubelet's `/containerLogs` would serve it.
@@ -163,6 +167,7 @@ impl State {
             started: Instant::now(),
             forgotten: Mutex::new(HashSet::new()),
             closing: tokio::sync::watch::Sender::new(false),
+            sessions: Sessions::default(),
             config,
         })
     }
@@ -226,6 +231,26 @@ impl State {
         }
     }
 
+    /// Whether a session may be offered to `uid`'s runner: registered, and neither exited nor
+    /// lost.
+    pub fn can_open_session(&self, uid: &str) -> Result<(), CallbackError> {
+        let bindings = self.bindings.lock();
+        let entry = bindings
+            .get(uid)
+            .ok_or_else(|| CallbackError::NotRegistered(uid.to_owned()))?;
+        let gone = |how| CallbackError::RunnerGone {
+            uid: uid.to_owned(),
+            how,
+        };
+        if entry.exited {
+            Err(gone("exited"))
+        } else if entry.lost {
+            Err(gone("been declared lost"))
+        } else {
+            Ok(())
+        }
+    }
+
     pub fn workload(&self, uid: &str) -> Result<Workload, CallbackError> {
         self.touch(uid, |entry| entry.workload.clone())
     }
@@ -276,6 +301,10 @@ impl State {
         })?;
         if exited {
             logs.close();
+            self.sessions.fail(uid, || CallbackError::RunnerGone {
+                uid: uid.to_owned(),
+                how: "exited",
+            });
         }
         if repeat {
             tracing::debug!(binding = uid, state = ?report.state, "callback: a repeated report");
@@ -356,6 +385,10 @@ pub(crate) async fn monitor_heartbeats(state: Weak<State>, timeout: Duration) {
         };
         for uid in state.sweep_silent(Instant::now()) {
             tracing::warn!(binding = %uid, "callback: runner sent no heartbeat in time; lost");
+            state.sessions.fail(&uid, || CallbackError::RunnerGone {
+                uid: uid.clone(),
+                how: "been declared lost",
+            });
             state.emit(&uid, RunnerEventKind::Lost).await;
         }
     }

@@ -1,7 +1,9 @@
-//! The node's kubelet API: what the API server calls for `kubectl logs`. A TLS server on the port
-//! the Node advertises (`daemonEndpoints.kubeletEndpoint`, 10250 by default) that serves
-//! `GET /containerLogs/{namespace}/{pod}/{container}` with the kubelet's query parameters, and
-//! `GET /healthz`.
+//! The node's kubelet API: what the API server calls for `kubectl logs`, `exec`, `attach`,
+//! `port-forward` and what metrics-server scrapes. A TLS server on the port the Node advertises
+//! (`daemonEndpoints.kubeletEndpoint`, 10250 by default) that serves
+//! `GET /containerLogs/{namespace}/{pod}/{container}` with the kubelet's query parameters,
+//! `/exec`, `/attach` and `/portForward` over SPDY (`streams`, [`spdy`]), `/stats/summary`,
+//! `/metrics/resource` and `GET /healthz`.
 //!
 //! Callers authenticate as a kubelet's do: with a client certificate that chains to
 //! [`KubeletConfig::client_ca_pem`] (the API server's `--kubelet-client-certificate`), or with a
@@ -37,6 +39,9 @@ mod auth;
 pub mod request;
 mod server;
 mod source;
+/// SPDY/3.1, the multiplexing of `kubectl exec` and `port-forward` after the HTTP upgrade.
+pub mod spdy;
+mod streams;
 mod usage;
 mod x509;
 

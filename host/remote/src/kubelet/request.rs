@@ -1,6 +1,6 @@
 //! What a `/containerLogs` request asks for: the Pod and container from the path, and the
 //! kubelet's query parameters (`follow`, `tailLines`, `limitBytes`, `sinceSeconds`, `sinceTime`,
-//! `timestamps`, `previous`, `stream`) as [`LogOptions`], validated as the kubelet validates
+//! `timestamps`, `previous`, `stream`) as [`LogOptions`](crate::callback::LogOptions), validated as the kubelet validates
 //! `PodLogOptions`. Parameters it does not know are ignored, as the kubelet does.
 //!
 //! Not HTTP: the server turns a [`RequestError`] into a 400 (or a 404 for an unknown path).

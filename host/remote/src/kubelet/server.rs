@@ -3,7 +3,7 @@
 //! follower gets each line as it arrives. Every other path is a 404 (after authorization, as on a
 //! kubelet). Errors are plain text, which the API server hands on to `kubectl logs`.
 //!
-//! Not exec, attach, port-forward or metrics: a virtual node has no containers to enter.
+//! `/exec`, `/attach` and `/portForward` upgrade to SPDY and are served by [`super::streams`].
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::connect_info::Connected;
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use axum::routing::get;
@@ -26,9 +26,12 @@ use tokio::task::JoinHandle;
 use super::auth::{AccessReview, Gate, Refusal, UserInfo, verb};
 use super::request::{RequestError, parse_path, parse_query};
 use super::source::LogSource;
+use super::spdy::Connection;
+use super::streams::{self, ExecOptions, StreamTarget};
 use super::{KubeletConfig, KubeletError, x509};
 use crate::serving::{ServerStopped, first_to_end};
 use crate::tls::{TlsListener, TlsMaterial};
+use neocloud_protocol::session::SessionRequest;
 
 /// How long [`KubeletServer::shutdown`] lets open log streams finish before cutting them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -174,13 +177,17 @@ fn plain(body: Body) -> Response {
     response
 }
 
+/// Every other path: the streaming endpoints (exec, attach, port-forward) and container logs.
 async fn container_logs(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    request: Request,
 ) -> Response {
+    let (method, uri, headers) = (
+        request.method().clone(),
+        request.uri().clone(),
+        request.headers().clone(),
+    );
     let user = match app.admit(&peer, &method, &headers, "proxy").await {
         Ok(user) => user,
         Err(refusal) => {
@@ -188,6 +195,12 @@ async fn container_logs(
             return text(refusal.status(), refusal.to_string());
         }
     };
+    if let Some(target) = streams::parse_stream_path(uri.path()) {
+        return match target {
+            Ok(target) => app.serve_stream(&user, target, request).await,
+            Err(e) => text(StatusCode::NOT_FOUND, e.to_string()),
+        };
+    }
     match app.serve_logs(&user, &method, &uri).await {
         Ok(response) => response,
         Err((status, message)) => text(status, message),
@@ -268,6 +281,92 @@ impl App {
         Ok(user)
     }
 
+    /// Checks a streaming request and answers 101 with the SPDY connection served in the
+    /// background, or refuses it with the kubelet's status and words. What the request opens
+    /// (a runner session, the workload's output) is opened once the client's streams are
+    /// there, and a failure to open it is reported on the error stream, as a kubelet reports a
+    /// runtime's failure.
+    async fn serve_stream(
+        &self,
+        user: &UserInfo,
+        target: StreamTarget,
+        mut request: Request,
+    ) -> Response {
+        let pairs = match Query::<Vec<(String, String)>>::try_from_uri(request.uri()) {
+            Ok(pairs) => pairs.0,
+            Err(e) => return text(StatusCode::BAD_REQUEST, format!("invalid query: {e}")),
+        };
+        let protocols = match target {
+            StreamTarget::PortForward(_) => streams::PORT_FORWARD_PROTOCOLS,
+            _ => streams::EXEC_PROTOCOLS,
+        };
+        let protocol = match streams::negotiate(request.headers(), protocols) {
+            Ok(protocol) => protocol,
+            Err((status, message)) => return text(status, message),
+        };
+        let Some(upgrade) = request
+            .extensions_mut()
+            .remove::<hyper::upgrade::OnUpgrade>()
+        else {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "unable to upgrade: the connection cannot be upgraded".into(),
+            );
+        };
+        tracing::debug!(user = user.name, ?target, protocol, "kubelet: streaming");
+        let served: futures::future::BoxFuture<'static, ()> = match target {
+            StreamTarget::Exec(pod, container) => {
+                let options = match ExecOptions::parse(&pairs, true) {
+                    Ok(options) => options,
+                    Err(message) => return text(StatusCode::BAD_REQUEST, message),
+                };
+                let request = SessionRequest::Exec {
+                    command: options.command.clone(),
+                    tty: options.tty,
+                    stdin: options.stdin,
+                };
+                let source = self.source.clone();
+                let open =
+                    Box::pin(
+                        async move { source.open_session(&pod, Some(&container), request).await },
+                    );
+                Box::pin(async move {
+                    if let Some(conn) = upgraded(upgrade).await {
+                        streams::serve_exec(conn, open, options).await;
+                    }
+                })
+            }
+            StreamTarget::Attach(pod, container) => {
+                let options = match ExecOptions::parse(&pairs, false) {
+                    Ok(options) => options,
+                    Err(message) => return text(StatusCode::BAD_REQUEST, message),
+                };
+                let follow = crate::callback::LogOptions {
+                    follow: true,
+                    tail_lines: Some(0),
+                    ..Default::default()
+                };
+                let source = self.source.clone();
+                let open = Box::pin(async move { source.logs(&pod, &container, follow).await });
+                Box::pin(async move {
+                    if let Some(conn) = upgraded(upgrade).await {
+                        streams::serve_attach(conn, open, options).await;
+                    }
+                })
+            }
+            StreamTarget::PortForward(pod) => {
+                let source = self.source.clone();
+                Box::pin(async move {
+                    if let Some(conn) = upgraded(upgrade).await {
+                        streams::serve_port_forward(conn, source, pod).await;
+                    }
+                })
+            }
+        };
+        tokio::spawn(served);
+        streams::switching(protocol)
+    }
+
     async fn serve_logs(
         &self,
         user: &UserInfo,
@@ -294,6 +393,17 @@ impl App {
             .await
             .map_err(|e| (e.status(), e.to_string()))?;
         Ok(plain(Body::from_stream(stream.map(Ok::<_, Infallible>))))
+    }
+}
+
+/// The SPDY connection of an upgraded request; `None` (said in the log) when the upgrade failed.
+async fn upgraded(upgrade: hyper::upgrade::OnUpgrade) -> Option<Connection> {
+    match upgrade.await {
+        Ok(io) => Some(Connection::new(hyper_util::rt::TokioIo::new(io))),
+        Err(e) => {
+            tracing::debug!(error = %e, "kubelet: the connection was not upgraded");
+            None
+        }
     }
 }
 

@@ -14,7 +14,9 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::callback::{CallbackError, CallbackHandle, LogOptions};
+use neocloud_protocol::session::SessionRequest;
+
+use crate::callback::{CallbackError, CallbackHandle, LogOptions, SessionIo};
 
 /// A Pod as the kubelet API names it: `/containerLogs/{namespace}/{name}/{container}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -66,6 +68,26 @@ pub enum LogError {
         /// What it waits for.
         reason: String,
     },
+    /// The Pod runs without the node's runner, so there is nothing to enter.
+    #[error(
+        "{what} is not available for pod {pod}: it runs on {provider} without the node's runner"
+    )]
+    NoRunner {
+        /// The Pod.
+        pod: PodRef,
+        /// Its provider.
+        provider: String,
+        /// What was asked: `exec`, `attach` or `port-forward`.
+        what: &'static str,
+    },
+    /// The runner did not open an interactive session.
+    #[error("failed to open a session on the runner of pod {pod}: {message}")]
+    Session {
+        /// The Pod.
+        pod: PodRef,
+        /// What failed.
+        message: String,
+    },
     /// The source failed.
     #[error("failed to read the logs of pod {pod}: {message}")]
     Internal {
@@ -83,9 +105,11 @@ impl LogError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::PodNotFound { .. } => StatusCode::NOT_FOUND,
-            Self::ContainerNotFound { .. } | Self::NoLogApi { .. } | Self::NotStarted { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::ContainerNotFound { .. }
+            | Self::NoLogApi { .. }
+            | Self::NotStarted { .. }
+            | Self::NoRunner { .. } => StatusCode::BAD_REQUEST,
+            Self::Session { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -108,6 +132,19 @@ pub trait LogSource: Send + Sync {
     /// runner has sent one), for `/stats/summary` and `/metrics/resource`.
     fn usage(&self) -> Vec<PodUsage> {
         Vec::new()
+    }
+
+    /// Opens `request` on the runner of `pod`: an exec in `container`, or a forwarded
+    /// connection (`container` is then `None`: the Pod's network is one). Without a runner there
+    /// is nothing to open.
+    async fn open_session(
+        &self,
+        pod: &PodRef,
+        container: Option<&str>,
+        request: SessionRequest,
+    ) -> Result<SessionIo, LogError> {
+        let _ = (container, request);
+        Err(LogError::PodNotFound { pod: pod.clone() })
     }
 }
 
@@ -218,10 +255,13 @@ impl CallbackLogSource {
                 .is_some_and(|p| self.runner_providers.contains(p))
     }
 
-    /// The placement of `pod`, checked against `container`.
-    fn placement(&self, pod: &PodRef, container: &str) -> Result<PodPlacement, LogError> {
+    /// The placement of `pod`, checked against `container` (when one is named).
+    fn placement(&self, pod: &PodRef, container: Option<&str>) -> Result<PodPlacement, LogError> {
         let placement = (self.lookup)(&pod.namespace, &pod.name)
             .ok_or_else(|| LogError::PodNotFound { pod: pod.clone() })?;
+        let Some(container) = container else {
+            return Ok(placement);
+        };
         if !placement.containers.iter().any(|c| c == container) {
             return Err(LogError::ContainerNotFound {
                 pod: pod.clone(),
@@ -240,7 +280,7 @@ impl LogSource for CallbackLogSource {
         container: &str,
         opts: LogOptions,
     ) -> Result<BoxStream<'static, Bytes>, LogError> {
-        let placement = self.placement(pod, container)?;
+        let placement = self.placement(pod, Some(container))?;
         let waiting = |reason: String| LogError::NotStarted {
             pod: pod.clone(),
             container: container.to_owned(),
@@ -260,6 +300,54 @@ impl LogSource for CallbackLogSource {
                     waiting(format!("the runner on {provider} has not been set up yet"))
                 }
                 other => LogError::Internal {
+                    pod: pod.clone(),
+                    message: other.to_string(),
+                },
+            })
+    }
+
+    async fn open_session(
+        &self,
+        pod: &PodRef,
+        container: Option<&str>,
+        request: SessionRequest,
+    ) -> Result<SessionIo, LogError> {
+        let what = match request {
+            SessionRequest::Exec { .. } => "exec",
+            SessionRequest::PortForward { .. } => "port-forward",
+        };
+        let placement = self.placement(pod, container)?;
+        let container = container
+            .or(placement.containers.first().map(String::as_str))
+            .unwrap_or_default()
+            .to_owned();
+        let Some(provider) = placement.provider.clone() else {
+            return Err(LogError::NotStarted {
+                pod: pod.clone(),
+                container,
+                reason: "the pod is not placed on a cloud yet".into(),
+            });
+        };
+        let callback = match &self.callback {
+            Some(callback) if self.run_by_runner(&placement) => callback,
+            _ => {
+                return Err(LogError::NoRunner {
+                    pod: pod.clone(),
+                    provider,
+                    what,
+                });
+            }
+        };
+        callback
+            .open_session(&placement.uid, request)
+            .await
+            .map_err(|e| match e {
+                CallbackError::NotRegistered(_) => LogError::NotStarted {
+                    pod: pod.clone(),
+                    container,
+                    reason: format!("the runner on {provider} has not been set up yet"),
+                },
+                other => LogError::Session {
                     pod: pod.clone(),
                     message: other.to_string(),
                 },

@@ -1,0 +1,180 @@
+//! Port-forward over SPDY (`portforward.k8s.io`): for each connection the client forwards it
+//! opens two streams with the same `requestID` header and the Pod's `port`: `error` and `data`.
+//! Each pair becomes one runner session that connects to the port on the workload's side, so
+//! concurrent connections never share a byte. A failure is written on the pair's error stream,
+//! worded as the kubelet words it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use neocloud_protocol::session::{Frame, SessionRequest, chunks};
+use tokio::sync::Mutex;
+
+use super::super::source::{LogSource, PodRef};
+use super::super::spdy::{Connection, Stream, StreamReader, StreamWriter};
+use super::STREAM_CREATION_TIMEOUT;
+
+/// The half of a pair that arrived first, waiting for the other.
+struct Waiting {
+    error: Option<Stream>,
+    data: Option<Stream>,
+    since: tokio::time::Instant,
+}
+
+/// The request id of `stream`: its `requestid` header, or for clients too old to send one, the
+/// id the kubelet derives from the stream's own (a pair's data stream follows its error stream).
+fn request_id(stream: &Stream, kind: &str) -> String {
+    match stream.header("requestid") {
+        Some(id) => id.to_owned(),
+        None if kind == "data" => stream.id().saturating_sub(2).to_string(),
+        None => stream.id().to_string(),
+    }
+}
+
+/// Serves port-forwards for `pod` until the client closes the connection.
+pub(crate) async fn serve_port_forward(
+    mut conn: Connection,
+    source: Arc<dyn LogSource>,
+    pod: PodRef,
+) {
+    let mut waiting: HashMap<String, Waiting> = HashMap::new();
+    let mut sweep = tokio::time::interval(STREAM_CREATION_TIMEOUT / 4);
+    loop {
+        let stream = tokio::select! {
+            stream = conn.accept() => match stream {
+                Some(stream) => stream,
+                None => break,
+            },
+            _ = sweep.tick() => {
+                expire(&mut waiting).await;
+                continue;
+            }
+        };
+        let kind = stream.header("streamtype").unwrap_or_default().to_owned();
+        let id = request_id(&stream, &kind);
+        let entry = waiting.entry(id.clone()).or_insert_with(|| Waiting {
+            error: None,
+            data: None,
+            since: tokio::time::Instant::now(),
+        });
+        match kind.as_str() {
+            "error" => entry.error = Some(stream),
+            "data" => entry.data = Some(stream),
+            other => {
+                tracing::debug!(
+                    kind = other,
+                    "kubelet: unexpected port-forward stream; resetting it"
+                );
+                stream.split().1.reset().await;
+                continue;
+            }
+        }
+        if entry.error.is_some()
+            && entry.data.is_some()
+            && let Some(Waiting {
+                error: Some(error),
+                data: Some(data),
+                ..
+            }) = waiting.remove(&id)
+        {
+            tokio::spawn(forward(source.clone(), pod.clone(), error, data));
+        }
+    }
+    conn.close().await;
+}
+
+/// Ends the pairs whose other half did not come in time, saying so on the error stream.
+async fn expire(waiting: &mut HashMap<String, Waiting>) {
+    let now = tokio::time::Instant::now();
+    let late: Vec<String> = waiting
+        .iter()
+        .filter(|(_, w)| now.duration_since(w.since) >= STREAM_CREATION_TIMEOUT)
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in late {
+        let Some(pair) = waiting.remove(&id) else {
+            continue;
+        };
+        if let Some(error) = pair.error {
+            let (_, writer) = error.split();
+            let _ = writer
+                .write(format!("timed out waiting for the data stream of request {id}").as_bytes())
+                .await;
+            let _ = writer.finish().await;
+        }
+        if let Some(data) = pair.data {
+            data.split().1.reset().await;
+        }
+    }
+}
+
+/// Forwards one connection: opens a session on the runner for the pair's port and copies bytes
+/// both ways until both sides have finished.
+async fn forward(source: Arc<dyn LogSource>, pod: PodRef, error: Stream, data: Stream) {
+    let port_header = data.header("port").unwrap_or_default().to_owned();
+    let (_, error) = error.split();
+    let (data_in, data_out) = data.split();
+    let result = match port_header.parse::<u16>() {
+        Ok(port) if port > 0 => run(&source, &pod, port, data_in, &data_out).await,
+        _ => Err(format!(
+            "invalid port {port_header:?}: expected a number from 1 to 65535"
+        )),
+    };
+    if let Err(message) = result {
+        let message = format!("error forwarding port {port_header} to pod {pod}: {message}");
+        tracing::debug!(%message, "kubelet: port-forward failed");
+        let _ = error.write(message.as_bytes()).await;
+    }
+    let _ = error.finish().await;
+    let _ = data_out.finish().await;
+}
+
+async fn run(
+    source: &Arc<dyn LogSource>,
+    pod: &PodRef,
+    port: u16,
+    mut data_in: StreamReader,
+    data_out: &StreamWriter,
+) -> Result<(), String> {
+    let session = source
+        .open_session(pod, None, SessionRequest::PortForward { port })
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut from_runner, to_runner) = tokio::io::split(session);
+    let to_runner = Arc::new(Mutex::new(to_runner));
+    let upstream = {
+        let to_runner = to_runner.clone();
+        tokio::spawn(async move {
+            while let Some(bytes) = data_in.read().await {
+                for chunk in chunks(&bytes) {
+                    if Frame::Data(chunk.to_vec())
+                        .write(&mut *to_runner.lock().await)
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+            let _ = Frame::DataEnd.write(&mut *to_runner.lock().await).await;
+        })
+    };
+    let outcome = loop {
+        match Frame::read(&mut from_runner).await {
+            Ok(Some(Frame::Data(bytes))) => {
+                if data_out.write(&bytes).await.is_err() {
+                    break Ok(());
+                }
+            }
+            Ok(Some(Frame::DataEnd)) => {
+                let _ = data_out.finish().await;
+            }
+            Ok(Some(Frame::Error(message))) => break Err(message),
+            Ok(Some(other)) => tracing::debug!(?other, "kubelet: unexpected frame from the runner"),
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(format!("the runner's session failed: {e}")),
+        }
+    };
+    upstream.abort();
+    outcome
+}
