@@ -191,10 +191,24 @@ pub fn policy_loaded(bp: &neocloud_node::crd::BurstPolicy) -> bool {
     bp.status.as_ref().is_some_and(|s| s.loaded)
 }
 
-/// `GET path` on `127.0.0.1:port` over plain HTTP/1.1: the raw response, head and body.
+/// `GET path` on `127.0.0.1:port` over plain HTTP/1.1: the raw response, head and body. A
+/// refused connection is tried again for up to 30 s: a node process started moments ago (a
+/// standby replica on a loaded machine) may not be listening yet.
 pub fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut s = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Err(e) => panic!("GET {path} on 127.0.0.1:{port}: {e}"),
+        }
+    };
     s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
         .unwrap();
     write!(
