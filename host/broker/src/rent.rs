@@ -376,7 +376,7 @@ impl Renter {
                 message: format!("provider {} is not enabled on this node", offer.provider),
                 retry_after: None,
             })?;
-        let fresh_offer = fresh.iter().find(|o| o.id == offer.id);
+        let fresh_offer = fresh.iter().find(|o| o.same_listing(offer));
         let price = price_guard::confirm(candidate, fresh_offer).map_err(|r| Refused {
             class: r.class,
             code: None,
@@ -449,7 +449,7 @@ impl Renter {
     async fn offer_gone(&self, req: &RentRequest<'_>, offer: &Offer) -> bool {
         let query = OfferQuery::for_workload(req.workload);
         match self.catalog.fresh(offer.provider, &query).await {
-            Ok(fresh) => !fresh.iter().any(|o| o.id == offer.id),
+            Ok(fresh) => !fresh.iter().any(|o| o.same_listing(offer)),
             Err(_) => false,
         }
     }

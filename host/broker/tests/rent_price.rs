@@ -59,3 +59,25 @@ proptest! {
         });
     }
 }
+
+/// Vast.ai lists one ask twice under one id: on-demand, and as spot with a minimum bid. A Pod
+/// planned onto the spot listing is rented as spot at the bid, never on-demand at the full
+/// price because the fresh listing of the same id was looked up by id alone.
+#[tokio::test(start_paused = true)]
+async fn a_spot_listing_sharing_an_id_with_an_on_demand_one_is_rented_as_spot() {
+    let on_demand = offer(ProviderId::Vast, "ask-7", "A40", 0.50);
+    let spot = Offer {
+        capacity: neocloud_core::OfferCapacity::Spot {
+            min_bid_per_hour: 0.20,
+        },
+        ..on_demand.clone()
+    };
+    let offers = [on_demand, spot];
+    let world = World::new(&offers, None, LadderLimits::default());
+    let mut w = workload();
+    w.capacity_type = neocloud_core::CapacityType::Any;
+    let (rental, _) = world.rent(&w, "nc-spot").await;
+    let rental = rental.unwrap();
+    assert!(rental.instance.interruptible, "{:?}", rental.instance);
+    assert_eq!(rental.instance.price_per_hour, 0.20);
+}

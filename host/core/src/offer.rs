@@ -71,6 +71,15 @@ impl Offer {
             OfferCapacity::Spot { min_bid_per_hour } => min_bid_per_hour,
         }
     }
+
+    /// Whether `other` is this offer as listed again (fresh data): the same provider and id,
+    /// and the same kind of capacity. One Vast.ai ask is listed twice, on-demand and as spot,
+    /// under one id; the two are different offers.
+    pub fn same_listing(&self, other: &Offer) -> bool {
+        self.provider == other.provider
+            && self.id == other.id
+            && self.capacity.is_spot() == other.capacity.is_spot()
+    }
 }
 
 /// What a catalog asks a provider for. Providers may return more than asked (the planner checks
