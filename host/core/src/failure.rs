@@ -30,7 +30,8 @@ pub enum FailureClass {
     Timeout,
     /// A spot instance was reclaimed by the provider.
     Preempted,
-    /// The instance disappeared from the provider without us deleting it.
+    /// The instance disappeared from the provider, or an on-demand one stopped, without us
+    /// deleting or stopping it.
     Lost,
     /// Another renter took the offer between planning and create (it is gone from fresh offer
     /// data). Not the provider's capacity and not the policy's business: the ladder moves on to

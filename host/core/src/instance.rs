@@ -99,4 +99,17 @@ pub struct InstanceState {
     pub public_ip: Option<String>,
     /// When the provider created it, if reported.
     pub created_at: Option<DateTime<Utc>>,
+    /// Rented as spot (interruptible, bid): the provider may reclaim it at any time (Vast.ai's
+    /// `is_bid`, RunPod's `interruptible`).
+    #[serde(default)]
+    pub interruptible: bool,
+}
+
+impl InstanceState {
+    /// Whether the provider took the instance back: an interruptible instance that stopped
+    /// without us stopping it, or one the provider says it preempted (Lambda's `preempted`).
+    pub fn reclaimed(&self) -> bool {
+        self.phase == InstancePhase::Stopped
+            && (self.interruptible || self.provider_status.eq_ignore_ascii_case("preempted"))
+    }
 }

@@ -484,6 +484,7 @@ mod tests {
             endpoints: vec![],
             public_ip: None,
             created_at,
+            interruptible: false,
         }
     }
 

@@ -472,11 +472,13 @@ async fn a_pod_naming_a_burst_policy_is_placed_by_it_and_a_missing_policy_waits(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_preempted_instance_is_replaced_unless_the_pod_never_restarts() {
     let world = World::new("rec-replace").await;
-    let on_runpod = json!({"cloud.aibrix.ai/providers": "runpod"});
+    // A spot instance on Vast.ai, which the provider may reclaim; an on-demand RunPod pod.
+    let spot =
+        json!({"cloud.aibrix.ai/providers": "vast", "cloud.aibrix.ai/capacity-type": "spot"});
+    world.create_pod_restarting("always", spot, "Always").await;
     world
-        .create_pod_restarting("always", on_runpod.clone(), "Always")
+        .create_pod("never", json!({"cloud.aibrix.ai/providers": "runpod"}))
         .await;
-    world.create_pod("never", on_runpod).await;
     for name in ["always", "never"] {
         world.wait_pod(name, "Running", running).await;
     }
@@ -494,13 +496,15 @@ async fn a_preempted_instance_is_replaced_unless_the_pod_never_restarts() {
         .unwrap()
         .instance_id
         .unwrap();
-    assert!(world.sims.runpod.preempt(&first));
+    assert!(world.sims.vast.preempt(&first));
     assert!(world.sims.runpod.preempt(&never));
 
+    // An on-demand instance that stopped by itself is not a preemption.
     let pod = world
         .wait_pod("never", "Failed", |p| phase(p) == Some("Failed"))
         .await;
     assert_eq!(reason(&pod), Some("InstanceStopped"));
+    assert!(preempted(&pod).is_none(), "{:?}", pod.status);
     let replaced = world
         .wait_pod("always", "Running on a new instance", running)
         .await;
@@ -543,6 +547,20 @@ async fn a_preempted_instance_is_replaced_unless_the_pod_never_restarts() {
     );
     let events = world.events("always").await;
     assert!(events.iter().any(|(r, _)| r == "Replacing"), "{events:?}");
+    let said = events.iter().find(|(r, _)| r == "Preempted");
+    assert!(
+        said.is_some_and(|(_, m)| m.contains("was reclaimed by vast")),
+        "{events:?}"
+    );
+    // The Pod says so in a condition, which later status writes keep.
+    let condition = preempted(&restarted).unwrap_or_else(|| panic!("{:?}", restarted.status));
+    assert_eq!(condition.status, "True");
+    assert_eq!(condition.reason.as_deref(), Some("SpotReclaimed"));
+    let message = condition.message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("reclaimed 1 time(s); the last: "),
+        "{message}"
+    );
     let ledger = world.sims.ledger();
     let live: Vec<&str> = ledger
         .live()
@@ -554,4 +572,91 @@ async fn a_preempted_instance_is_replaced_unless_the_pod_never_restarts() {
         vec![second.as_str()],
         "old or never-restarting instances still billed"
     );
+}
+
+/// The Pod's `cloud.aibrix.ai/Preempted` condition.
+fn preempted(pod: &Pod) -> Option<k8s_openapi::api::core::v1::PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "cloud.aibrix.ai/Preempted")
+        .cloned()
+}
+
+/// A policy in the Pod's own CEL: spot while it has been reclaimed fewer than two times, then
+/// on-demand only.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_moves_a_pod_to_on_demand_after_two_preemptions() {
+    let world = World::new("rec-spot2").await;
+    let annotations = json!({
+        "cloud.aibrix.ai/providers": "vast",
+        "cloud.aibrix.ai/capacity-type": "any",
+        "cloud.aibrix.ai/constraints":
+            "!offer.spot || attempts.filter(a, a.failure_class == 'preempted').size() < 2",
+        // Spot first, the cheapest of each kind first.
+        "cloud.aibrix.ai/rank": "(offer.spot ? 1000.0 : 0.0) - offer.price_per_hour",
+    });
+    world
+        .create_pod_restarting("job", annotations, "Always")
+        .await;
+    let mut seen = Vec::new();
+    for round in 0..3 {
+        let status = wait_for_new_instance(&world, "job", &seen).await;
+        let id = status.instance_id.clone().unwrap();
+        let ledger = world.sims.ledger();
+        let live = ledger.live();
+        let entry = live
+            .iter()
+            .find(|e| e.instance_id == id)
+            .unwrap_or_else(|| panic!("{id} not billed: {live:?}"));
+        if round < 2 {
+            assert!(
+                entry.spot,
+                "round {round}: spot first: {entry:?} {:?}",
+                status.message
+            );
+            assert!(world.sims.vast.preempt(&id));
+        } else {
+            assert!(!entry.spot, "after two reclaims, on-demand: {entry:?}");
+        }
+        seen.push(id);
+    }
+    let status = world.binding("job").await.status.unwrap();
+    let classes: Vec<Option<&str>> = status
+        .attempts
+        .iter()
+        .map(|a| a.failure_class.as_deref())
+        .collect();
+    assert_eq!(classes, vec![Some("preempted"), Some("preempted"), None]);
+    let pod = world.wait_pod("job", "Running", running).await;
+    let message = preempted(&pod).and_then(|c| c.message).unwrap_or_default();
+    assert!(message.starts_with("reclaimed 2 time(s)"), "{message}");
+}
+
+/// Waits until the binding runs an instance not in `seen`; its status.
+async fn wait_for_new_instance(
+    world: &World,
+    name: &str,
+    seen: &[String],
+) -> neocloud_node::crd::CloudPodBindingStatus {
+    for _ in 0..300 {
+        if let Some(status) = world
+            .bindings()
+            .get_opt(name)
+            .await
+            .unwrap()
+            .and_then(|b| b.status)
+            && status.phase == BindingPhase::Running
+            && status
+                .instance_id
+                .as_ref()
+                .is_some_and(|i| !seen.contains(i))
+        {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{name} never ran on an instance other than {seen:?}");
 }

@@ -201,6 +201,7 @@ impl FakeState {
             endpoints: Vec::new(),
             public_ip: None,
             created_at: None,
+            interruptible: offer.capacity.is_spot() || request.bid_per_hour.is_some(),
         };
         self.instances.insert(n, instance.clone());
         instance

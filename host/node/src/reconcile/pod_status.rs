@@ -1,6 +1,7 @@
 //! The Pod status the node reports, computed from what it knows (no IO): phase, reason and
-//! message, the `Initialized`, `ContainersReady` and `Ready` conditions, and the one container's
-//! status. Written with server-side apply, so the scheduler's `PodScheduled` stays untouched.
+//! message, the `Initialized`, `ContainersReady` and `Ready` conditions, the
+//! `cloud.aibrix.ai/Preempted` condition once a spot instance of the Pod was reclaimed, and the
+//! one container's status. Written with server-side apply, so the scheduler's `PodScheduled` stays untouched.
 //!
 //! A status is only written when it differs from the Pod's (phase, reason, message, readiness,
 //! container state), and transition times and start times are kept from the Pod, so a
@@ -25,7 +26,13 @@ pub struct DesiredPod {
     /// How many times the Pod's container was started again on a new instance (its
     /// `restartCount`, which later writes never lower).
     pub restarts: i32,
+    /// Sets the `cloud.aibrix.ai/Preempted` condition with this message (a spot instance of the
+    /// Pod was reclaimed). `None` keeps the condition as the Pod has it.
+    pub preempted: Option<String>,
 }
+
+/// The condition type a Pod carries once a provider reclaimed one of its instances.
+pub const PREEMPTED: &str = "cloud.aibrix.ai/Preempted";
 
 /// The container's state as the node reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +65,7 @@ impl DesiredPod {
             },
             pod_ip: None,
             restarts: 0,
+            preempted: None,
         }
     }
 
@@ -70,6 +78,7 @@ impl DesiredPod {
             container: Container::Running,
             pod_ip: None,
             restarts: 0,
+            preempted: None,
         }
     }
 
@@ -85,6 +94,7 @@ impl DesiredPod {
             },
             pod_ip: None,
             restarts: 0,
+            preempted: None,
         }
     }
 
@@ -97,6 +107,13 @@ impl DesiredPod {
             .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok())
             .map(str::to_owned);
         self.restarts = i32::try_from(restarts).unwrap_or(i32::MAX);
+        self
+    }
+
+    /// The same, saying that a provider reclaimed the Pod's instance (`message` says when and
+    /// how often).
+    pub fn preempted(mut self, message: String) -> DesiredPod {
+        self.preempted = Some(message);
         self
     }
 
@@ -126,6 +143,11 @@ pub fn is_current(pod: &Pod, want: &DesiredPod) -> bool {
         && same_container
         && (want.pod_ip.is_none() || status.pod_ip == want.pod_ip)
         && want.restarts <= restarts
+        && want.preempted.as_ref().is_none_or(|message| {
+            status.conditions.iter().flatten().any(|c| {
+                c.type_ == PREEMPTED && c.status == "True" && c.message.as_ref() == Some(message)
+            })
+        })
 }
 
 fn container_matches(c: &ContainerStatus, want: &DesiredPod) -> bool {
@@ -223,6 +245,11 @@ pub fn apply_body(pod: &Pod, want: &DesiredPod, host_ip: &str, now: &str) -> Val
             }],
         }
     });
+    if let Some(preempted) = preempted_condition(conditions, want, now)
+        && let Some(list) = body["status"]["conditions"].as_array_mut()
+    {
+        list.push(preempted);
+    }
     if let Some(ip) = pod_ip {
         body["status"]["podIP"] = json!(ip);
         body["status"]["podIPs"] = json!([{"ip": ip}]);
@@ -234,6 +261,30 @@ pub fn apply_body(pod: &Pod, want: &DesiredPod, host_ip: &str, now: &str) -> Val
         body["status"]["message"] = json!(message);
     }
     body
+}
+
+/// The `cloud.aibrix.ai/Preempted` condition to write: the new one `want` asks for (its
+/// transition time kept when it was already true), or the Pod's own, carried along unchanged so
+/// that later writes (which own the condition list) do not drop it.
+fn preempted_condition(conditions: &[PodCondition], want: &DesiredPod, now: &str) -> Option<Value> {
+    let old = conditions.iter().find(|c| c.type_ == PREEMPTED);
+    let time = |c: &PodCondition| c.last_transition_time.as_ref().map(|t| t.0.to_string());
+    match (&want.preempted, old) {
+        (Some(message), old) => {
+            let since = old
+                .filter(|c| c.status == "True")
+                .and_then(time)
+                .unwrap_or_else(|| now.to_owned());
+            Some(
+                json!({"type": PREEMPTED, "status": "True", "reason": "SpotReclaimed",
+                "message": message, "lastTransitionTime": since}),
+            )
+        }
+        (None, Some(old)) => Some(json!({"type": PREEMPTED, "status": old.status,
+            "reason": old.reason, "message": old.message,
+            "lastTransitionTime": time(old).unwrap_or_else(|| now.to_owned())})),
+        (None, None) => None,
+    }
 }
 
 #[cfg(test)]
@@ -255,6 +306,7 @@ mod tests {
             endpoints: Vec::new(),
             public_ip: ip.map(str::to_owned),
             created_at: None,
+            interruptible: false,
         }
     }
 

@@ -402,6 +402,15 @@ impl Reconciler {
                     .await?;
                 return Ok(Action::requeue(self.cfg.poll_interval));
             }
+            Some(i) if i.reclaimed() => (
+                "Preempted",
+                format!(
+                    "{} was reclaimed by {} ({})",
+                    describe(i),
+                    i.provider,
+                    i.provider_status
+                ),
+            ),
             Some(i) if i.phase == InstancePhase::Failed => (
                 "InstanceFailed",
                 format!("{} failed: {}", describe(i), i.provider_status),
@@ -417,8 +426,13 @@ impl Reconciler {
         };
         let restart = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never");
         let replaced = replacements(&status);
+        if reason == "Preempted" {
+            self.event(pod, true, reason, message.clone()).await;
+        }
         if restart && replaced < MAX_REPLACEMENTS {
-            let class = if reason == "InstanceStopped" {
+            // Only a reclaim is a preemption; an on-demand instance that stopped or vanished
+            // without us is lost (policies count the two apart).
+            let class = if reason == "Preempted" {
                 FailureClass::Preempted
             } else {
                 FailureClass::Lost
@@ -551,8 +565,12 @@ impl Reconciler {
         status.message = Some(note.clone());
         write_status(&self.client, b, &status).await?;
         self.event(pod, true, "Replacing", note.clone()).await;
-        self.set_pod(pod, &DesiredPod::pending("Replacing", note))
-            .await?;
+        let mut want = DesiredPod::pending("Replacing", note);
+        if class == FailureClass::Preempted {
+            let times = count_failed(&status, &["preempted"]);
+            want = want.preempted(format!("reclaimed {times} time(s); the last: {message}"));
+        }
+        self.set_pod(pod, &want).await?;
         Ok(Action::requeue(Duration::from_millis(100)))
     }
 

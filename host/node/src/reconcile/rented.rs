@@ -150,6 +150,7 @@ mod tests {
                 endpoints: Vec::new(),
                 public_ip: None,
                 created_at: None,
+                interruptible: false,
             },
             attempts,
             adopted: candidate.is_none(),

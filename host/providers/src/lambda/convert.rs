@@ -139,5 +139,7 @@ pub(crate) fn state(instance: &Instance) -> InstanceState {
         endpoints,
         public_ip: instance.ip.clone(),
         created_at: None,
+        // Lambda rents no spot; its `preempted` status says a reclaim by itself.
+        interruptible: false,
     }
 }

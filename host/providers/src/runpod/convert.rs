@@ -206,6 +206,7 @@ pub(crate) fn state(pod: &Pod) -> InstanceState {
             .find(|p| p.public.is_some())
             .and_then(|p| p.ip.clone()),
         created_at: pod.created_at.as_deref().and_then(parse_time),
+        interruptible: pod.interruptible,
     }
 }
 

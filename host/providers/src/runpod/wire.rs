@@ -54,6 +54,9 @@ pub(crate) struct Pod {
     pub data_center_id: Option<String>,
     pub runtime: Option<Runtime>,
     pub created_at: Option<String>,
+    /// A spot pod (v1 and GraphQL; v2 leaves it out).
+    #[serde(default)]
+    pub interruptible: bool,
 }
 
 /// `runtime` of a running pod.

@@ -96,4 +96,6 @@ pub(crate) struct VastInstance {
     pub public_ipaddr: Option<String>,
     pub ports: Option<Value>,
     pub start_date: Option<f64>,
+    /// Rented with a bid (interruptible).
+    pub is_bid: Option<bool>,
 }
