@@ -426,17 +426,15 @@ impl Reconciler {
         };
         let restart = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never");
         let replaced = replacements(&status);
-        if reason == "Preempted" {
+        // Only a reclaim is a preemption; an on-demand instance that stopped or vanished
+        // without us is lost (policies count the two apart).
+        let class = if reason == "Preempted" {
             self.event(pod, true, reason, message.clone()).await;
-        }
+            FailureClass::Preempted
+        } else {
+            FailureClass::Lost
+        };
         if restart && replaced < MAX_REPLACEMENTS {
-            // Only a reclaim is a preemption; an on-demand instance that stopped or vanished
-            // without us is lost (policies count the two apart).
-            let class = if reason == "Preempted" {
-                FailureClass::Preempted
-            } else {
-                FailureClass::Lost
-            };
             return self.replace(pod, &b, status, class, message).await;
         }
         self.event(pod, true, reason, message.clone()).await;

@@ -19,6 +19,7 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::serve::IncomingStream;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -314,7 +315,8 @@ impl App {
             );
         };
         tracing::debug!(user = user.name, ?target, protocol, "kubelet: streaming");
-        let served: futures::future::BoxFuture<'static, ()> = match target {
+        // What runs on the SPDY connection once the upgrade completes.
+        let serve: Box<dyn FnOnce(Connection) -> BoxFuture<'static, ()> + Send> = match target {
             StreamTarget::Exec(pod, container) => {
                 let options = match ExecOptions::parse(&pairs, true) {
                     Ok(options) => options,
@@ -330,11 +332,7 @@ impl App {
                     Box::pin(
                         async move { source.open_session(&pod, Some(&container), request).await },
                     );
-                Box::pin(async move {
-                    if let Some(conn) = upgraded(upgrade).await {
-                        streams::serve_exec(conn, open, options).await;
-                    }
-                })
+                Box::new(move |conn| Box::pin(streams::serve_exec(conn, open, options)))
             }
             StreamTarget::Attach(pod, container) => {
                 let options = match ExecOptions::parse(&pairs, false) {
@@ -348,22 +346,18 @@ impl App {
                 };
                 let source = self.source.clone();
                 let open = Box::pin(async move { source.logs(&pod, &container, follow).await });
-                Box::pin(async move {
-                    if let Some(conn) = upgraded(upgrade).await {
-                        streams::serve_attach(conn, open, options).await;
-                    }
-                })
+                Box::new(move |conn| Box::pin(streams::serve_attach(conn, open, options)))
             }
             StreamTarget::PortForward(pod) => {
                 let source = self.source.clone();
-                Box::pin(async move {
-                    if let Some(conn) = upgraded(upgrade).await {
-                        streams::serve_port_forward(conn, source, pod).await;
-                    }
-                })
+                Box::new(move |conn| Box::pin(streams::serve_port_forward(conn, source, pod)))
             }
         };
-        tokio::spawn(served);
+        tokio::spawn(async move {
+            if let Some(conn) = upgraded(upgrade).await {
+                serve(conn).await;
+            }
+        });
         streams::switching(protocol)
     }
 

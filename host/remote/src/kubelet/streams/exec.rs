@@ -81,6 +81,26 @@ async fn accept_streams(conn: &mut Connection, options: &ExecOptions) -> Option<
     Some(streams)
 }
 
+/// The client's streams and what `open` opens, once both are there; `None` when the client did
+/// not open its streams, or (said on the error stream) when opening failed.
+async fn start<T>(
+    conn: &mut Connection,
+    open: Opening<T>,
+    options: &ExecOptions,
+) -> Option<(Streams, T)> {
+    let Some(streams) = accept_streams(conn, options).await else {
+        tracing::debug!("kubelet: the client did not open its streams; closing");
+        return None;
+    };
+    match open.await {
+        Ok(opened) => Some((streams, opened)),
+        Err(e) => {
+            streams.end(failure(&e.to_string())).await;
+            None
+        }
+    }
+}
+
 /// The status `kubectl` reads at the end of an exec.
 pub(crate) fn exit_status(command: &[String], status: &ExitStatus) -> serde_json::Value {
     match (status.exit_code, &status.error) {
@@ -181,18 +201,9 @@ pub(crate) async fn serve_exec(
     open: Opening<SessionIo>,
     options: ExecOptions,
 ) {
-    let Some(mut streams) = accept_streams(&mut conn, &options).await else {
-        tracing::debug!("kubelet: exec client did not open its streams; closing");
+    let Some((mut streams, session)) = start(&mut conn, open, &options).await else {
         conn.close().await;
         return;
-    };
-    let session = match open.await {
-        Ok(session) => session,
-        Err(e) => {
-            streams.end(failure(&e.to_string())).await;
-            conn.close().await;
-            return;
-        }
     };
     let (mut from_runner, to_runner) = tokio::io::split(session);
     let to_runner: SessionWriter = Arc::new(Mutex::new(to_runner));
@@ -243,17 +254,9 @@ pub(crate) async fn serve_attach(
     open: Opening<BoxStream<'static, Bytes>>,
     options: ExecOptions,
 ) {
-    let Some(mut streams) = accept_streams(&mut conn, &options).await else {
+    let Some((mut streams, mut output)) = start(&mut conn, open, &options).await else {
         conn.close().await;
         return;
-    };
-    let mut output = match open.await {
-        Ok(output) => output,
-        Err(e) => {
-            streams.end(failure(&e.to_string())).await;
-            conn.close().await;
-            return;
-        }
     };
     let mut drains = Vec::new();
     for mut reader in [streams.stdin.take(), streams.resize.take()]

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use neocloud_protocol::session::{Frame, SessionRequest, chunks};
-use tokio::sync::Mutex;
 
 use super::super::source::{LogSource, PodRef};
 use super::super::spdy::{Connection, Stream, StreamReader, StreamWriter};
@@ -140,25 +139,22 @@ async fn run(
         .open_session(pod, None, SessionRequest::PortForward { port })
         .await
         .map_err(|e| e.to_string())?;
-    let (mut from_runner, to_runner) = tokio::io::split(session);
-    let to_runner = Arc::new(Mutex::new(to_runner));
-    let upstream = {
-        let to_runner = to_runner.clone();
-        tokio::spawn(async move {
-            while let Some(bytes) = data_in.read().await {
-                for chunk in chunks(&bytes) {
-                    if Frame::Data(chunk.to_vec())
-                        .write(&mut *to_runner.lock().await)
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
+    let (mut from_runner, mut to_runner) = tokio::io::split(session);
+    // The only writer towards the runner: the caller's bytes, then their end.
+    let upstream = tokio::spawn(async move {
+        while let Some(bytes) = data_in.read().await {
+            for chunk in chunks(&bytes) {
+                if Frame::Data(chunk.to_vec())
+                    .write(&mut to_runner)
+                    .await
+                    .is_err()
+                {
+                    return;
                 }
             }
-            let _ = Frame::DataEnd.write(&mut *to_runner.lock().await).await;
-        })
-    };
+        }
+        let _ = Frame::DataEnd.write(&mut to_runner).await;
+    });
     let outcome = loop {
         match Frame::read(&mut from_runner).await {
             Ok(Some(Frame::Data(bytes))) => {
