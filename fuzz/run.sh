@@ -6,7 +6,10 @@
 #                                         in ~/.cache/neocloud-testenv/fuzz-corpus/<target>
 #   fuzz/run.sh smoke SECONDS             replay each target's seeds (fuzz/corpus/<target>) and
 #                                         crash regressions (fuzz/regressions/<target>), then fuzz
-#                                         it for SECONDS from a scratch corpus (what CI runs)
+#                                         it for SECONDS from a scratch corpus (what CI runs); the
+#                                         smoke builds without optimisations (--dev): a cold
+#                                         optimised build of wasmtime, cranelift and k8s-openapi
+#                                         takes most of CI's budget, and a 20 s run needs no speed
 #   fuzz/run.sh build                     build every target
 #
 # cargo-fuzz is taken from PATH, or installed once into a cache keyed by its version. The build
@@ -42,9 +45,10 @@ targets() { cargo_fuzz list; }
 
 run_one() {
   local target=$1 seconds=$2 corpus=$3
+  shift 3
   mkdir -p "$corpus" "$fuzz_dir/regressions/$target"
   log "$target: ${seconds}s, corpus $corpus"
-  cargo_fuzz run "${build_flags[@]}" "$target" "$corpus" \
+  cargo_fuzz run "${build_flags[@]}" "$@" "$target" "$corpus" \
     "$fuzz_dir/corpus/$target" "$fuzz_dir/regressions/$target" \
     -- "${libfuzzer_flags[@]}" -max_total_time="$seconds"
 }
@@ -68,13 +72,13 @@ case "$mode" in
   smoke)
     seconds=${2:?seconds}
     start=$(date +%s)
-    cargo_fuzz build "${build_flags[@]}"
+    cargo_fuzz build "${build_flags[@]}" --dev
     log "built in $(( $(date +%s) - start ))s"
     scratch=$(mktemp -d)
     trap 'rm -rf "$scratch"' EXIT
     mapfile -t list < <(targets)
     for t in "${list[@]}"; do
-      run_one "$t" "$seconds" "$scratch/$t"
+      run_one "$t" "$seconds" "$scratch/$t" --dev
     done
     log "smoke of ${#list[@]} targets done in $(( $(date +%s) - start ))s"
     ;;

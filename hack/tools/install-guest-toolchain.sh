@@ -9,7 +9,8 @@
 #
 # What it installs:
 #   - Debian packages clang, lld, wasi-libc, libclang-rt-dev-wasm32 (apt-get, only if missing)
-#   - wit-bindgen-cli (cargo install --locked) into the tools cache, keyed by version
+#   - wit-bindgen-cli (cargo install --locked, the C generator only) into the tools cache, keyed
+#     by version
 #   - wasm-tools, through hack/tools/install-wasm-tools.sh
 #   - @bytecodealliance/componentize-js (npm) into the tools cache, keyed by version
 #   - componentize-py (PyPI; its wheel carries the Python runtime) into a virtualenv in the tools
@@ -58,7 +59,7 @@ install_wit_bindgen() {
         mkdir -p "${root}"
         log "installing wit-bindgen-cli ${wit_bindgen_version} into ${root} (a few minutes)"
         CARGO_INSTALL_ROOT="${root}" cargo install --locked --version "=${wit_bindgen_version}" \
-            wit-bindgen-cli >&2 || die "cargo install of wit-bindgen-cli ${wit_bindgen_version} failed"
+            --no-default-features --features c wit-bindgen-cli >&2 || die "cargo install of wit-bindgen-cli ${wit_bindgen_version} failed"
         [[ -x "${bin}" ]] || die "cargo install finished but ${bin} is missing"
     fi
     WIT_BINDGEN="${bin}"
