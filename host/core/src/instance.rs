@@ -103,6 +103,10 @@ pub struct InstanceState {
     /// `is_bid`, RunPod's `interruptible`).
     #[serde(default)]
     pub interruptible: bool,
+    /// The workload's exit code, where the provider itself ran the workload and reports how it
+    /// ended (a remote cluster's Pod); `None` for clouds, whose workloads the runner reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
 }
 
 impl InstanceState {

@@ -485,6 +485,7 @@ mod tests {
             public_ip: None,
             created_at,
             interruptible: false,
+            exit_code: None,
         }
     }
 

@@ -12,26 +12,13 @@ use std::time::Duration;
 
 use futures::{AsyncBufReadExt, StreamExt};
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, LogParams};
 
 mod runner_bin;
 mod support;
 mod vm_support;
+use support::exit_code;
 use vm_support::World;
-
-fn exit_code(pod: &Pod) -> Option<i32> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()
-        .map(|t| t.exit_code)
-}
 
 fn logs_params() -> LogParams {
     LogParams {

@@ -51,6 +51,17 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("neocloud-broker", &["kube"]),
     ("neocloud-providers", &["kube", "wasmtime"]),
     (
+        "neocloud-kube-target",
+        &[
+            "wasmtime",
+            "neocloud-policy",
+            "neocloud-broker",
+            "neocloud-remote",
+            "neocloud-cloudsim",
+            "neocloud-node",
+        ],
+    ),
+    (
         "neocloud-oci",
         &[
             "kube",
@@ -206,6 +217,7 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         "neocloud-fixtures",
         "neocloud-remote",
         "neocloud-oci",
+        "neocloud-kube-target",
     ] {
         graph.entry(name.into()).or_default();
     }

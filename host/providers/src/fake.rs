@@ -202,6 +202,7 @@ impl FakeState {
             public_ip: None,
             created_at: None,
             interruptible: offer.capacity.is_spot() || request.bid_per_hour.is_some(),
+            exit_code: None,
         };
         self.instances.insert(n, instance.clone());
         instance

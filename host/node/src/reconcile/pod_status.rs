@@ -307,6 +307,7 @@ mod tests {
             public_ip: ip.map(str::to_owned),
             created_at: None,
             interruptible: false,
+            exit_code: None,
         }
     }
 

@@ -333,6 +333,11 @@ impl Reconciler {
             Some(i) if let Some(RunnerStatus::Exited(code)) = runner => {
                 return self.exited(pod, &b, status, i, code).await;
             }
+            // A provider that ran the workload itself (a remote cluster's Pod) reports how it
+            // ended, which decides as a runner's report would.
+            Some(i) if let Some(code) = i.exit_code => {
+                return self.exited(pod, &b, status, i, code).await;
+            }
             Some(i) if i.phase == InstancePhase::Running => {
                 if let Some(RunnerStatus::Booting | RunnerStatus::Starting) = runner {
                     let message = format!(

@@ -151,6 +151,7 @@ mod tests {
                 public_ip: None,
                 created_at: None,
                 interruptible: false,
+                exit_code: None,
             },
             attempts,
             adopted: candidate.is_none(),

@@ -65,6 +65,10 @@ pub struct RunConfig {
     /// What `neocloud_spend_usd_total` is labelled by.
     #[serde(default)]
     pub spend: SpendSettings,
+    /// Other Kubernetes clusters the `kube` provider rents GPUs on (see the README's "Remote
+    /// clusters"). Only read when `kube` is an enabled provider.
+    #[serde(default)]
+    pub remote_clusters: Vec<neocloud_kube_target::RemoteCluster>,
 }
 
 /// The `spend:` section.
@@ -326,6 +330,10 @@ impl RunConfig {
             check_namespaces(namespaces)?;
         }
         self.spend.check()?;
+        neocloud_kube_target::config::validate(&self.remote_clusters, "remoteClusters")?;
+        if self.providers.contains(&ProviderId::Kube) && self.remote_clusters.is_empty() {
+            bail!("providers: kube needs at least one entry in remoteClusters");
+        }
         if !self.policies.wasm_dir.is_absolute() {
             bail!(
                 "policies.wasmDir: {:?} is not an absolute path",
@@ -359,7 +367,9 @@ impl RunConfig {
         list.split(',')
             .map(|p| {
                 p.trim().parse::<ProviderId>().map_err(|_| {
-                    anyhow::anyhow!("GPU_BURST_PROVIDER: {p:?} is not runpod, lambda, vast or fake")
+                    anyhow::anyhow!(
+                        "GPU_BURST_PROVIDER: {p:?} is not runpod, lambda, vast, kube or fake"
+                    )
                 })
             })
             .collect()
@@ -409,6 +419,28 @@ mod tests {
             (Some("dev1"), "neocloud-node")
         );
         assert_eq!(c.providers, vec![ProviderId::Fake]);
+    }
+
+    #[test]
+    fn remote_clusters_are_read_and_bad_ones_refused_by_field() {
+        let good = format!(
+            "{MINIMAL}providers: [kube, fake]\nremoteClusters:\n- {{name: gpu-west, namespace: burst, \
+             kubeconfig: {{secret: west}}, gpuPrices: {{NVIDIA-A100-SXM4-80GB: 1.6}}}}\n"
+        );
+        let c = RunConfig::from_yaml(&good).unwrap();
+        assert_eq!(c.remote_clusters[0].name, "gpu-west");
+        assert_eq!(c.provider_ids(None).unwrap()[0], ProviderId::Kube);
+        let e = RunConfig::from_yaml(&good.replace("1.6", "-1")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("remoteClusters[0].gpuPrices[\"NVIDIA-A100-SXM4-80GB\"]: -1"),
+            "{e}"
+        );
+        let e = RunConfig::from_yaml(&format!("{MINIMAL}providers: [kube]\n")).unwrap_err();
+        assert!(e.to_string().contains("remoteClusters"), "{e}");
+        assert!(
+            RunConfig::from_yaml(&good.replace("namespace: burst", "namespace: Burst")).is_err()
+        );
     }
 
     #[test]

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use kube::Client;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
 use neocloud_core::ProviderId;
+use neocloud_kube_target::{KubeTarget, client_from_kubeconfig};
 use neocloud_providers::{
     FakeProvider, LambdaProvider, Provider, RunpodProvider, VastConfig, VastProvider,
 };
@@ -29,10 +31,57 @@ pub fn providers_from_env(ids: &[ProviderId]) -> anyhow::Result<Vec<Arc<dyn Prov
                 ProviderId::Lambda => Arc::new(LambdaProvider::from_env()?),
                 ProviderId::Vast => Arc::new(VastProvider::new(VastConfig::from_env()?)?),
                 ProviderId::Fake => Arc::new(FakeProvider::sample_market()),
-                ProviderId::Kube => anyhow::bail!("providers: kube is not available yet"),
+                ProviderId::Kube => anyhow::bail!(
+                    "providers: kube reads its clusters from the config's remoteClusters; \
+                     build it with remote_clusters"
+                ),
             })
         })
         .collect()
+}
+
+/// The `kube` provider over the config's `remoteClusters`: each kubeconfig read from its Secret
+/// in this cluster (a bare name is in `POD_NAMESPACE`) or its file, and a client built from it.
+/// An unreadable or invalid kubeconfig stops the start, naming the cluster's entry.
+pub async fn remote_clusters(cfg: &RunConfig, client: &Client) -> anyhow::Result<KubeTarget> {
+    if cfg.remote_clusters.is_empty() {
+        anyhow::bail!("providers: kube needs at least one entry in remoteClusters");
+    }
+    let own_namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".to_owned());
+    let mut clusters = Vec::with_capacity(cfg.remote_clusters.len());
+    for (i, cluster) in cfg.remote_clusters.iter().enumerate() {
+        let at = format!("remoteClusters[{i}].kubeconfig");
+        let source = &cluster.kubeconfig;
+        let yaml = match (&source.path, source.secret_ref(&own_namespace)) {
+            (Some(path), _) => std::fs::read_to_string(path)
+                .with_context(|| format!("{at}.path: cannot read {}", path.display()))?,
+            (None, Some((namespace, name, key))) => {
+                let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+                    .get(name)
+                    .await
+                    .with_context(|| {
+                        format!("{at}.secret: cannot read Secret {namespace}/{name}")
+                    })?;
+                let value = secret
+                    .data
+                    .and_then(|mut d| d.remove(key))
+                    .with_context(|| {
+                        format!("{at}: Secret {namespace}/{name} has no key {key:?}")
+                    })?;
+                String::from_utf8(value.0).with_context(|| {
+                    format!("{at}: key {key:?} of Secret {namespace}/{name} is not text")
+                })?
+            }
+            (None, None) => anyhow::bail!("{at}: give a secret or a path"),
+        };
+        let remote = client_from_kubeconfig(&yaml)
+            .await
+            .map_err(|e| anyhow::anyhow!("{at} ({}): {e}", cluster.name))?;
+        clusters.push((cluster.clone(), remote));
+    }
+    let target = KubeTarget::start(clusters);
+    tracing::info!(clusters = ?target.cluster_names(), "renting on remote clusters (provider kube)");
+    Ok(target)
 }
 
 /// What the process has once started, before it leads.
@@ -65,7 +114,16 @@ pub(super) async fn start(cfg: &RunConfig) -> anyhow::Result<Started> {
         metrics.export_otlp(&meter);
     }
     metrics.set_spend_labels(&cfg.spend.labels);
-    let providers = metrics::instrument(providers_from_env(&ids)?, &metrics);
+    let mut built = Vec::with_capacity(ids.len());
+    for id in &ids {
+        match id {
+            ProviderId::Kube => {
+                built.push(Arc::new(remote_clusters(cfg, &client).await?) as Arc<dyn Provider>)
+            }
+            other => built.extend(providers_from_env(std::slice::from_ref(other))?),
+        }
+    }
+    let providers = metrics::instrument(built, &metrics);
     let (ready, ready_rx) = watch::channel(false);
     let mut tasks = Supervisor::new(ready.clone())?;
     let listener = tokio::net::TcpListener::bind(&cfg.metrics_address)

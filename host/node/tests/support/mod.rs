@@ -231,3 +231,17 @@ pub fn metric(body: &str, series: &str) -> Option<f64> {
             .ok()
     })
 }
+
+/// The exit code of a Pod's first container, once it terminated.
+pub fn exit_code(pod: &k8s_openapi::api::core::v1::Pod) -> Option<i32> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()
+        .map(|t| t.exit_code)
+}

@@ -141,5 +141,6 @@ pub(crate) fn state(instance: &Instance) -> InstanceState {
         created_at: None,
         // Lambda rents no spot; its `preempted` status says a reclaim by itself.
         interruptible: false,
+        exit_code: None,
     }
 }

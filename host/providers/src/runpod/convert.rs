@@ -207,6 +207,7 @@ pub(crate) fn state(pod: &Pod) -> InstanceState {
             .and_then(|p| p.ip.clone()),
         created_at: pod.created_at.as_deref().and_then(parse_time),
         interruptible: pod.interruptible,
+        exit_code: None,
     }
 }
 

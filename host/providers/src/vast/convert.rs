@@ -275,6 +275,7 @@ pub(crate) fn state(i: &VastInstance) -> InstanceState {
             .start_date
             .and_then(|s| DateTime::<Utc>::from_timestamp_millis((s * 1000.0) as i64)),
         interruptible: i.is_bid.unwrap_or(false),
+        exit_code: None,
     }
 }
 

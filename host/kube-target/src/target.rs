@@ -1,0 +1,568 @@
+//! The `kube` provider: remote clusters behind the same [`Provider`] trait as the clouds. Offers
+//! come from each cluster's free GPUs, kept current by watches of its Nodes and live Pods; a
+//! rental is one Pod (and the Secret its environment travels in) in the cluster's namespace,
+//! named by the external name, so creating twice finds the first.
+//!
+//! Not for reading kubeconfig Secrets of the node's own cluster: the caller passes a client per
+//! cluster (see [`client_from_kubeconfig`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+use kube::{Api, Client};
+use neocloud_core::{FailureClass, InstanceState, Offer, OfferQuery, ProviderId};
+use neocloud_providers::{CreateRequest, Operation, Provider, ProviderError};
+use parking_lot::Mutex;
+use tokio::task::JoinHandle;
+
+use crate::capacity::{NodeGpus, free_gpus};
+use crate::config::RemoteCluster;
+use crate::offers::{largest_free_by_product, offers, parse_offer_id};
+use crate::pod::{
+    MANAGED_BY, env_secret, instance_state, owned_by, parse_instance_id, remote_pod, secret_name,
+};
+
+/// How long a call waits for a cluster's first listing of Nodes and Pods before it treats the
+/// cluster as not answering.
+const FIRST_LIST: Duration = Duration::from_secs(10);
+
+/// How long a create waits for the remote scheduler to bind or refuse the new Pod.
+const SCHEDULING_WAIT: Duration = Duration::from_secs(5);
+
+/// A kube-rs client for a kubeconfig's current context. A bad kubeconfig is an error naming what
+/// is wrong, never a panic.
+pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client, String> {
+    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| format!("invalid kubeconfig: {e}"))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("unusable kubeconfig: {e}"))?;
+    Client::try_from(config).map_err(|e| format!("cannot build a client from the kubeconfig: {e}"))
+}
+
+/// One remote cluster: its configuration, client, caches and whether its API answers.
+struct Cluster {
+    config: RemoteCluster,
+    client: Client,
+    nodes: reflector::Store<Node>,
+    pods: reflector::Store<Pod>,
+    /// The last watch or health error, `None` while the cluster answers.
+    trouble: Arc<Mutex<Option<String>>>,
+    watches: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for w in &self.watches {
+            w.abort();
+        }
+    }
+}
+
+/// Remote Kubernetes clusters as one provider, `kube`. Each cluster's name is the region of its
+/// offers. Cheap to share; every method is safe to call concurrently.
+pub struct KubeTarget {
+    clusters: Vec<Cluster>,
+}
+
+impl std::fmt::Debug for KubeTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeTarget")
+            .field(
+                "clusters",
+                &self
+                    .clusters
+                    .iter()
+                    .map(|c| c.config.name.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// Keeps `store` current from `stream`, recording the latest error in `trouble` and clearing it
+/// when events flow again.
+fn watch<K>(
+    stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    writer: reflector::store::Writer<K>,
+    trouble: Arc<Mutex<Option<String>>>,
+    what: &'static str,
+    cluster: String,
+) -> JoinHandle<()>
+where
+    K: kube::Resource + Clone + Send + Sync + std::fmt::Debug + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(stream.default_backoff().reflect(writer));
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(_) => {
+                    trouble.lock().take();
+                }
+                Err(e) => {
+                    tracing::warn!(cluster = %cluster, error = %e, "watching the remote cluster's {what} failed");
+                    *trouble.lock() = Some(format!("watching {what}: {e}"));
+                }
+            }
+        }
+    })
+}
+
+impl KubeTarget {
+    /// Starts watching each cluster's Nodes and live Pods. Must be called inside a Tokio
+    /// runtime; the watches stop when the provider is dropped. `clusters` should have passed
+    /// [`crate::config::validate`].
+    pub fn start(clusters: Vec<(RemoteCluster, Client)>) -> KubeTarget {
+        let clusters = clusters
+            .into_iter()
+            .map(|(config, client)| {
+                let trouble = Arc::new(Mutex::new(None));
+                let (nodes, node_writer) = reflector::store();
+                let (pods, pod_writer) = reflector::store();
+                let live = watcher::Config::default()
+                    .fields("status.phase!=Succeeded,status.phase!=Failed");
+                let watches = vec![
+                    watch(
+                        watcher::watcher(Api::<Node>::all(client.clone()), Default::default()),
+                        node_writer,
+                        trouble.clone(),
+                        "nodes",
+                        config.name.clone(),
+                    ),
+                    watch(
+                        watcher::watcher(Api::<Pod>::all(client.clone()), live),
+                        pod_writer,
+                        trouble.clone(),
+                        "pods",
+                        config.name.clone(),
+                    ),
+                ];
+                Cluster {
+                    config,
+                    client,
+                    nodes,
+                    pods,
+                    trouble,
+                    watches,
+                }
+            })
+            .collect();
+        KubeTarget { clusters }
+    }
+
+    /// The configured clusters' names.
+    pub fn cluster_names(&self) -> Vec<&str> {
+        self.clusters
+            .iter()
+            .map(|c| c.config.name.as_str())
+            .collect()
+    }
+
+    /// The cluster and Pod name an instance id names.
+    fn instance<'a>(
+        &self,
+        id: &'a str,
+        op: Operation,
+    ) -> Result<(&Cluster, &'a str), ProviderError> {
+        let (cluster, pod) = parse_instance_id(id).ok_or_else(|| {
+            error(
+                op,
+                FailureClass::InvalidRequest,
+                format!("instance id {id:?} is not <cluster>/<pod>"),
+            )
+        })?;
+        Ok((self.cluster(cluster, op)?, pod))
+    }
+
+    fn cluster(&self, name: &str, op: Operation) -> Result<&Cluster, ProviderError> {
+        self.clusters
+            .iter()
+            .find(|c| c.config.name == name)
+            .ok_or_else(|| {
+                error(
+                    op,
+                    FailureClass::InvalidRequest,
+                    format!("no remote cluster is named {name:?}"),
+                )
+            })
+    }
+}
+
+impl KubeTarget {
+    /// Waits up to [`SCHEDULING_WAIT`] for the remote scheduler's decision on a Pod just
+    /// created. Bound, or no decision yet: the instance as it is. Unschedulable (the nodes the
+    /// watches showed free were not, or refuse it for another reason): the Pod and its Secret
+    /// are deleted and the rental fails for capacity, so the ladder moves on.
+    async fn scheduled(
+        &self,
+        cluster: &Cluster,
+        mut pod: Pod,
+        subject: &str,
+    ) -> Result<InstanceState, ProviderError> {
+        let op = Operation::Create;
+        let name = cluster.config.name.as_str();
+        let started = tokio::time::Instant::now();
+        loop {
+            let state = instance_state(name, &pod);
+            if state.provider_status == "Unschedulable" {
+                let pods = cluster.pods();
+                let _ = pods
+                    .delete(subject, &DeleteParams::default().grace_period(0))
+                    .await;
+                let _ = cluster
+                    .secrets()
+                    .delete(&secret_name(subject), &DeleteParams::default())
+                    .await;
+                return Err(error(
+                    op,
+                    FailureClass::Capacity,
+                    format!(
+                        "remote cluster {name} cannot schedule the Pod: {}",
+                        state.message.as_deref().unwrap_or("unschedulable")
+                    ),
+                )
+                .with_subject(subject));
+            }
+            let bound = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some();
+            if bound || started.elapsed() >= SCHEDULING_WAIT {
+                return Ok(state);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            pod = match cluster.pods().get_opt(subject).await {
+                Ok(Some(p)) => p,
+                // Gone or unreadable: what was last seen is the answer; `get` tells the rest.
+                Ok(None) | Err(_) => return Ok(state),
+            };
+        }
+    }
+}
+
+fn error(op: Operation, class: FailureClass, message: impl Into<String>) -> ProviderError {
+    ProviderError::new(ProviderId::Kube, op, class, message)
+}
+
+/// A Kubernetes API error as a provider failure: refused credentials are `auth`, an exceeded
+/// ResourceQuota `quota`, an invalid object `invalid-request`, 429 `rate-limited`, the rest (5xx,
+/// connection errors) `transient`.
+fn classify(cluster: &str, op: Operation, e: &kube::Error) -> ProviderError {
+    let (class, code) = match e {
+        kube::Error::Api(s) => {
+            let class = match s.code {
+                401 => FailureClass::Auth,
+                403 if s.message.contains("exceeded quota") => FailureClass::Quota,
+                403 => FailureClass::Auth,
+                400 | 404 | 422 => FailureClass::InvalidRequest,
+                429 => FailureClass::RateLimited,
+                _ => FailureClass::Transient,
+            };
+            (class, Some(s.reason.clone()).filter(|r| !r.is_empty()))
+        }
+        _ => (FailureClass::Transient, None),
+    };
+    let err = error(op, class, format!("remote cluster {cluster}: {e}"));
+    match code {
+        Some(code) => err.with_code(code),
+        None => err,
+    }
+}
+
+impl Cluster {
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.config.namespace)
+    }
+
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.config.namespace)
+    }
+
+    /// Free GPUs per node once both caches have listed, or why they cannot be read: the
+    /// cluster's last watch error, or no first listing within [`FIRST_LIST`].
+    async fn free(&self, op: Operation) -> Result<Vec<NodeGpus>, ProviderError> {
+        let started = tokio::time::Instant::now();
+        loop {
+            if let Some(trouble) = self.trouble.lock().clone() {
+                return Err(error(
+                    op,
+                    FailureClass::Transient,
+                    format!(
+                        "remote cluster {} does not answer: {trouble}",
+                        self.config.name
+                    ),
+                ));
+            }
+            let listed = async {
+                self.nodes.wait_until_ready().await.is_ok()
+                    && self.pods.wait_until_ready().await.is_ok()
+            };
+            if tokio::time::timeout(Duration::from_millis(50), listed)
+                .await
+                .unwrap_or(false)
+            {
+                break;
+            }
+            if started.elapsed() >= FIRST_LIST {
+                return Err(error(
+                    op,
+                    FailureClass::Transient,
+                    format!(
+                        "remote cluster {} has not listed its nodes and pods within {} s",
+                        self.config.name,
+                        FIRST_LIST.as_secs()
+                    ),
+                ));
+            }
+        }
+        let nodes = self.nodes.state();
+        let pods = self.pods.state();
+        Ok(free_gpus(
+            nodes.iter().map(|n| n.as_ref()),
+            pods.iter().map(|p| p.as_ref()),
+        ))
+    }
+}
+
+#[async_trait]
+impl Provider for KubeTarget {
+    fn id(&self) -> ProviderId {
+        ProviderId::Kube
+    }
+
+    /// Offers of every cluster that answers; an error only when none does.
+    async fn list_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, ProviderError> {
+        let mut all = Vec::new();
+        let mut first_error = None;
+        for cluster in &self.clusters {
+            match cluster.free(Operation::ListOffers).await {
+                Ok(free) => all.extend(offers(&cluster.config, &free, query)),
+                Err(e) => {
+                    tracing::debug!(cluster = %cluster.config.name, error = %e, "remote cluster left out of the offers");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e)
+                if all.is_empty() && self.clusters.iter().all(|c| c.trouble.lock().is_some()) =>
+            {
+                Err(e)
+            }
+            _ => Ok(all),
+        }
+    }
+
+    async fn create(&self, req: &CreateRequest) -> Result<InstanceState, ProviderError> {
+        let op = Operation::Create;
+        let subject = req.external_name.clone();
+        let (cluster_name, product) = parse_offer_id(&req.offer.id).ok_or_else(|| {
+            error(
+                op,
+                FailureClass::InvalidRequest,
+                format!("offer id {:?} is not <cluster>/<gpu product>", req.offer.id),
+            )
+            .with_subject(subject.clone())
+        })?;
+        let cluster = self.cluster(cluster_name, op)?;
+        let name = cluster.config.name.as_str();
+        let pods = cluster.pods();
+        if let Some(existing) = pods
+            .get_opt(&req.external_name)
+            .await
+            .map_err(|e| classify(name, op, &e).with_subject(subject.clone()))?
+        {
+            return Ok(instance_state(name, &existing));
+        }
+        let free = cluster
+            .free(op)
+            .await
+            .map_err(|e| e.with_subject(subject.clone()))?;
+        let by_product = largest_free_by_product(&free);
+        let wanted = req.offer.gpu_count.max(1);
+        let (most, memory_gib) = by_product.get(product).copied().unwrap_or((0, None));
+        if most < wanted {
+            return Err(error(
+                op,
+                FailureClass::Capacity,
+                format!("no node of remote cluster {name} has {wanted} free {product} GPUs (most: {most})"),
+            )
+            .with_subject(subject));
+        }
+        let secrets = cluster.secrets();
+        match secrets
+            .create(
+                &PostParams::default(),
+                &env_secret(req, &cluster.config.namespace),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(classify(name, op, &e).with_subject(subject)),
+        }
+        let pod = remote_pod(req, &cluster.config.namespace, product, memory_gib);
+        let created = match pods.create(&PostParams::default(), &pod).await {
+            Ok(created) => created,
+            Err(kube::Error::Api(s)) if s.code == 409 => pods
+                .get(&req.external_name)
+                .await
+                .map_err(|e| classify(name, op, &e).with_subject(subject.clone()))?,
+            Err(e) => {
+                let failure = classify(name, op, &e).with_subject(subject);
+                if matches!(e, kube::Error::Api(_)) {
+                    // Refused, so no Pod exists: its Secret would only be an orphan.
+                    let _ = secrets
+                        .delete(&secret_name(&req.external_name), &DeleteParams::default())
+                        .await;
+                }
+                return Err(failure);
+            }
+        };
+        if let Some(owner) = owned_by(&created) {
+            let patch = serde_json::json!({"metadata": {"ownerReferences": [owner]}});
+            if let Err(e) = secrets
+                .patch(
+                    &secret_name(&req.external_name),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                tracing::warn!(cluster = %name, pod = %req.external_name, error = %e,
+                    "could not make the remote Pod own its Secret; deleting the Pod deletes it anyway");
+            }
+        }
+        tracing::info!(cluster = %name, pod = %req.external_name, product, gpus = wanted, "created the remote Pod");
+        self.scheduled(cluster, created, &subject).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<InstanceState>, ProviderError> {
+        let op = Operation::Get;
+        let (cluster, pod) = self.instance(id, op)?;
+        let cluster_name = cluster.config.name.as_str();
+        let found = cluster
+            .pods()
+            .get_opt(pod)
+            .await
+            .map_err(|e| classify(cluster_name, op, &e).with_subject(id))?;
+        Ok(found.map(|p| instance_state(cluster_name, &p)))
+    }
+
+    async fn find_by_name(
+        &self,
+        external_name: &str,
+    ) -> Result<Option<InstanceState>, ProviderError> {
+        let op = Operation::FindByName;
+        for cluster in &self.clusters {
+            let name = cluster.config.name.as_str();
+            if let Some(pod) = cluster
+                .pods()
+                .get_opt(external_name)
+                .await
+                .map_err(|e| classify(name, op, &e).with_subject(external_name))?
+            {
+                return Ok(Some(instance_state(name, &pod)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every Pod the node made on any cluster whose name starts with `prefix`. An error when a
+    /// cluster cannot be listed: a partial list must not look complete to the sweeper.
+    async fn list_ours(&self, prefix: &str) -> Result<Vec<InstanceState>, ProviderError> {
+        let op = Operation::ListOurs;
+        let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
+        let mut out = Vec::new();
+        for cluster in &self.clusters {
+            let name = cluster.config.name.as_str();
+            let mut params = ListParams::default().labels(&selector).limit(500);
+            loop {
+                let page = cluster
+                    .pods()
+                    .list(&params)
+                    .await
+                    .map_err(|e| classify(name, op, &e))?;
+                out.extend(
+                    page.items
+                        .iter()
+                        .filter(|p| {
+                            p.metadata
+                                .name
+                                .as_deref()
+                                .is_some_and(|n| n.starts_with(prefix))
+                        })
+                        .map(|p| instance_state(name, p)),
+                );
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => break,
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes the remote Pod with its own grace period, and its Secret. Gone already is success.
+    async fn delete(&self, id: &str) -> Result<(), ProviderError> {
+        let op = Operation::Delete;
+        let (cluster, pod) = self.instance(id, op)?;
+        let cluster_name = cluster.config.name.as_str();
+        match cluster.pods().delete(pod, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(classify(cluster_name, op, &e).with_subject(id)),
+        }
+        match cluster
+            .secrets()
+            .delete(&secret_name(pod), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(classify(cluster_name, op, &e).with_subject(id)),
+        }
+    }
+
+    /// Healthy while at least one cluster answers with our credentials; each cluster's answer
+    /// also decides whether its offers are listed.
+    async fn health(&self) -> Result<(), ProviderError> {
+        let op = Operation::Health;
+        if self.clusters.is_empty() {
+            return Err(error(
+                op,
+                FailureClass::InvalidRequest,
+                "no remote cluster is configured",
+            ));
+        }
+        let mut first_error = None;
+        let mut healthy = 0;
+        for cluster in &self.clusters {
+            let name = cluster.config.name.as_str();
+            // A namespaced list proves both that the API answers and that we may work there.
+            let probe = cluster.pods().list(&ListParams::default().limit(1)).await;
+            match probe {
+                Ok(_) => {
+                    cluster.trouble.lock().take();
+                    healthy += 1;
+                }
+                Err(e) => {
+                    let failure = classify(name, op, &e);
+                    *cluster.trouble.lock() = Some(failure.message.clone());
+                    first_error.get_or_insert(failure);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if healthy == 0 => Err(e),
+            _ => Ok(()),
+        }
+    }
+}

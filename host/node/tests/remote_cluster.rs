@@ -1,0 +1,342 @@
+//! Another Kubernetes cluster as a burst target, end to end: the reconciler on the test binary's
+//! control plane rents through the `kube` provider on a second, real control plane (with its own
+//! scheduler and controller manager) beside the cloud simulators. The remote cluster's GPU node
+//! is a Node object with `nvidia.com/gpu` allocatable and GPU feature discovery labels; no
+//! kubelet runs for it, so the test writes the remote Pods' status where a kubelet would, and
+//! completes their deletion as a kubelet does once their containers are gone.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, ServiceAccount};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use neocloud_broker::{Catalog, CatalogConfig};
+use neocloud_kube_target::{KubeTarget, KubeconfigSource, RemoteCluster};
+use neocloud_providers::Provider;
+use neocloud_testenv::{ControlPlane, Options};
+use serde_json::json;
+
+mod support;
+use support::exit_code;
+use support::world::{World, phase, providers};
+
+const PRODUCT: &str = "NVIDIA-A100-SXM4-80GB";
+const REMOTE_NS: &str = "burst";
+const SECRET_VALUE: &str = "tok_remote_never_in_a_spec_51c9";
+
+/// The remote cluster: a namespace with its default ServiceAccount, and one GPU node.
+async fn remote_cluster(client: &Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": REMOTE_NS}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), REMOTE_NS);
+    for _ in 0..600 {
+        if accounts.get_opt("default").await.unwrap().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // gpu-node-1 runs one Pod; gpu-node-2's GPU shows free but it takes no Pod, so a rental
+    // that only it could hold is refused by the remote scheduler.
+    gpu_node(client, "gpu-node-1", 110).await;
+    gpu_node(client, "gpu-node-2", 0).await;
+}
+
+async fn gpu_node(client: &Client, name: &str, pods: u32) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {
+            "nvidia.com/gpu.product": PRODUCT, "nvidia.com/gpu.memory": "81920",
+            "nvidia.com/gpu.count": "1"}},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let now = chrono::Utc::now().to_rfc3339();
+    let capacity =
+        json!({"nvidia.com/gpu": "1", "cpu": "64", "memory": "512Gi", "pods": pods.to_string()});
+    let status = json!({"status": {"capacity": capacity, "allocatable": capacity,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+/// The remote GPU nodes without a taint.
+async fn remote_free_nodes(client: &Client) -> usize {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let Ok(list) = nodes.list(&ListParams::default()).await else {
+        return 0;
+    };
+    list.items
+        .iter()
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_none_or(|t| t.is_empty())
+        })
+        .count()
+}
+
+/// What the remote cluster's kubelet would do on deletion: once a Pod is marked for deletion,
+/// its containers are gone, so the Pod object goes.
+fn finish_deletions(client: Client) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let pods: Api<Pod> = Api::namespaced(client, REMOTE_NS);
+        loop {
+            if let Ok(list) = pods.list(&ListParams::default()).await {
+                for p in list.items {
+                    if p.metadata.deletion_timestamp.is_some() {
+                        let name = p.metadata.name.unwrap_or_default();
+                        let _ = pods
+                            .delete(&name, &DeleteParams::default().grace_period(0))
+                            .await;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
+/// A local GPU Pod wanting an A100, with a value from a local Secret in its environment.
+async fn create_pod(world: &World, name: &str, restart: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": {"cloud.aibrix.ai/gpu-type": "A100"}},
+        "spec": {
+            "nodeName": world.node,
+            "restartPolicy": restart,
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+            "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                "command": ["python", "train.py"],
+                "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}}],
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        }
+    }))
+    .unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+/// The remote Pod of a local Pod's rental, once it exists and the remote scheduler bound it.
+async fn remote_pod(world: &World, remote: &Api<Pod>, local: &str) -> Pod {
+    for _ in 0..600 {
+        if let Some(b) = world.bindings().get_opt(local).await.unwrap()
+            && let Some(p) = remote.get_opt(&b.spec.external_name).await.unwrap()
+            && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+        {
+            return p;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b = world.bindings().get_opt(local).await.unwrap();
+    panic!(
+        "no bound remote Pod for {local}; binding: {:?}",
+        b.and_then(|b| b.status)
+    );
+}
+
+async fn write_status(remote: &Api<Pod>, name: &str, status: serde_json::Value) {
+    remote
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await
+        .unwrap();
+}
+
+fn terminated(code: i32) -> serde_json::Value {
+    json!([{"name": "workload", "ready": false, "restartCount": 0, "image": "registry.invalid/cuda:12",
+        "imageID": "", "state": {"terminated": {"exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" }}}}])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a_cloud_when_it_is_full()
+ {
+    let mut world = World::new("remote-cluster").await;
+    let second = ControlPlane::start(Options::default()).await.unwrap();
+    let remote_client = second.client().await.unwrap();
+    remote_cluster(&remote_client).await;
+    let _kubelet = finish_deletions(remote_client.clone());
+    let secrets: Api<Secret> = world.ctx.namespaced();
+    let creds: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "creds"}, "stringData": {"token": SECRET_VALUE}}),
+    )
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &creds)
+        .await
+        .unwrap();
+
+    // The remote cluster's A100 is far cheaper than any cloud's, so it is tried first.
+    let cluster = RemoteCluster {
+        name: "gpu-west".into(),
+        namespace: REMOTE_NS.into(),
+        kubeconfig: KubeconfigSource {
+            secret: None,
+            key: None,
+            path: Some(second.admin_kubeconfig()),
+        },
+        gpu_prices: [(PRODUCT.to_owned(), 0.05)].into_iter().collect(),
+        surcharge_per_hour: 0.0,
+    };
+    let kube = Arc::new(KubeTarget::start(vec![(cluster, remote_client.clone())]));
+    // The remote control plane's node lifecycle controller taints new nodes until it has seen
+    // them Ready: wait for both GPUs to be offered, as a settled remote cluster offers them.
+    let query = neocloud_core::OfferQuery {
+        gpu_count: 1,
+        ..Default::default()
+    };
+    for _ in 0..600 {
+        let offers = kube.list_offers(&query).await.unwrap_or_default();
+        if offers.iter().any(|o| o.id.ends_with(PRODUCT))
+            && remote_free_nodes(&remote_client).await == 2
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut all: Vec<Arc<dyn Provider>> = vec![kube];
+    all.extend(providers(&world.sims));
+    world.renter.catalog = Catalog::new(
+        all,
+        CatalogConfig {
+            ttl: Duration::from_millis(200),
+            fetch_timeout: Duration::from_secs(10),
+        },
+    );
+    world.kill().await;
+    world.start();
+    let remote: Api<Pod> = Api::namespaced(remote_client.clone(), REMOTE_NS);
+
+    // A Pod runs on the remote cluster: its environment's value only in the remote Secret.
+    create_pod(&world, "job-a", "Never").await;
+    let a = remote_pod(&world, &remote, "job-a").await;
+    let a_name = a.metadata.name.clone().unwrap();
+    let spec = serde_json::to_string(&a.spec).unwrap();
+    assert!(!spec.contains(SECRET_VALUE), "{spec}");
+    write_status(
+        &remote,
+        &a_name,
+        json!({"phase": "Running", "podIP": "10.20.0.9"}),
+    )
+    .await;
+    let running = world
+        .wait_pod("job-a", "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let pod_ip = running.status.as_ref().and_then(|s| s.pod_ip.as_deref());
+    assert_eq!(pod_ip, Some("10.20.0.9"));
+    let binding = world.binding("job-a").await;
+    let status = binding.status.clone().unwrap();
+    assert_eq!(status.provider.as_deref(), Some("kube"));
+    assert!(
+        !serde_json::to_string(&binding)
+            .unwrap()
+            .contains(SECRET_VALUE)
+    );
+    for (reason, message) in world.events("job-a").await {
+        assert!(!message.contains(SECRET_VALUE), "{reason}: {message}");
+    }
+
+    // With the remote cluster full, the next Pod is tried there, refused for capacity by the
+    // remote scheduler, and runs on a cloud: both attempts are in its binding.
+    create_pod(&world, "job-b", "Never").await;
+    world
+        .wait_pod("job-b", "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let b = world.binding("job-b").await.status.unwrap();
+    assert_ne!(b.provider.as_deref(), Some("kube"));
+    let first = &b.attempts[0];
+    assert_eq!(
+        (first.provider.as_str(), first.failure_class.as_deref()),
+        ("kube", Some("capacity")),
+        "{:#?}",
+        b.attempts
+    );
+    assert_eq!(
+        b.attempts.last().unwrap().provider,
+        b.provider.clone().unwrap()
+    );
+
+    // The remote Pod ends with 0: the local Pod Succeeded, the remote Pod and Secret are gone.
+    write_status(
+        &remote,
+        &a_name,
+        json!({"phase": "Succeeded", "containerStatuses": terminated(0)}),
+    )
+    .await;
+    let done = world
+        .wait_pod("job-a", "Succeeded", |p| phase(p) == Some("Succeeded"))
+        .await;
+    assert_eq!(exit_code(&done), Some(0));
+    for _ in 0..300 {
+        if remote.get_opt(&a_name).await.unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(remote.get_opt(&a_name).await.unwrap().is_none());
+    let remote_secrets: Api<Secret> = Api::namespaced(remote_client.clone(), REMOTE_NS);
+    assert!(
+        remote_secrets
+            .get_opt(&format!("{a_name}-env"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The GPU is free again: the next Pod runs there and fails with code 3.
+    create_pod(&world, "job-c", "Never").await;
+    let c = remote_pod(&world, &remote, "job-c").await;
+    let c_name = c.metadata.name.clone().unwrap();
+    write_status(
+        &remote,
+        &c_name,
+        json!({"phase": "Failed", "containerStatuses": terminated(3)}),
+    )
+    .await;
+    let failed = world
+        .wait_pod("job-c", "Failed", |p| phase(p) == Some("Failed"))
+        .await;
+    assert_eq!(exit_code(&failed), Some(3));
+
+    // Deleting a local Pod removes its remote Pod and Secret.
+    create_pod(&world, "job-d", "Never").await;
+    let d = remote_pod(&world, &remote, "job-d").await;
+    let d_name = d.metadata.name.clone().unwrap();
+    write_status(
+        &remote,
+        &d_name,
+        json!({"phase": "Running", "podIP": "10.20.0.10"}),
+    )
+    .await;
+    world
+        .wait_pod("job-d", "Running", |p| phase(p) == Some("Running"))
+        .await;
+    world
+        .pods()
+        .delete("job-d", &DeleteParams::default())
+        .await
+        .unwrap();
+    world.wait_gone("job-d").await;
+    assert!(remote.get_opt(&d_name).await.unwrap().is_none());
+    assert!(
+        remote_secrets
+            .get_opt(&format!("{d_name}-env"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    second.stop();
+}
