@@ -337,27 +337,27 @@ impl Provider for KubeTarget {
         ProviderId::Kube
     }
 
-    /// Offers of every cluster that answers; an error only when none does.
+    /// Offers of every cluster that answers, looked up together. A cluster that does not answer
+    /// (or refuses us) offers nothing rather than failing the call: a catalog keeps a failed
+    /// provider's last offers, and a cluster known to be down must not be planned on from
+    /// them. Why it offers nothing is what `health` reports.
     async fn list_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, ProviderError> {
+        let answers = futures::future::join_all(
+            self.clusters
+                .iter()
+                .map(|c| async move { (c, c.free(Operation::ListOffers).await) }),
+        )
+        .await;
         let mut all = Vec::new();
-        let mut first_error = None;
-        for cluster in &self.clusters {
-            match cluster.free(Operation::ListOffers).await {
+        for (cluster, answer) in answers {
+            match answer {
                 Ok(free) => all.extend(offers(&cluster.config, &free, query)),
                 Err(e) => {
                     tracing::debug!(cluster = %cluster.config.name, error = %e, "remote cluster left out of the offers");
-                    first_error.get_or_insert(e);
                 }
             }
         }
-        match first_error {
-            Some(e)
-                if all.is_empty() && self.clusters.iter().all(|c| c.trouble.lock().is_some()) =>
-            {
-                Err(e)
-            }
-            _ => Ok(all),
-        }
+        Ok(all)
     }
 
     async fn create(&self, req: &CreateRequest) -> Result<InstanceState, ProviderError> {

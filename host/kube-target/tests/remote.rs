@@ -321,8 +321,7 @@ async fn a_cluster_that_refuses_us_or_does_not_answer_is_left_out_and_the_others
     let e = alone.health().await.unwrap_err();
     assert_eq!(e.class, FailureClass::Auth, "{e}");
     assert!(e.message.contains("remote cluster denied"), "{e}");
-    let e = alone.list_offers(&query(1)).await.unwrap_err();
-    assert!(e.message.contains("denied"), "{e}");
+    assert!(alone.list_offers(&query(1)).await.unwrap().is_empty());
 
     let mixed = KubeTarget::start(vec![
         (cluster("denied", &ctx.namespace, &prices), refused),

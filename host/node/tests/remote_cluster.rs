@@ -12,7 +12,10 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, ServiceAccount};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use neocloud_broker::{Catalog, CatalogConfig};
+use neocloud_core::ProviderId;
 use neocloud_kube_target::{KubeTarget, KubeconfigSource, RemoteCluster};
+use neocloud_node::naming::ClusterId;
+use neocloud_node::sweeper::{Sweeper, SweeperConfig};
 use neocloud_providers::Provider;
 use neocloud_testenv::{ControlPlane, Options};
 use serde_json::json;
@@ -194,12 +197,8 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
     let kube = Arc::new(KubeTarget::start(vec![(cluster, remote_client.clone())]));
     // The remote control plane's node lifecycle controller taints new nodes until it has seen
     // them Ready: wait for both GPUs to be offered, as a settled remote cluster offers them.
-    let query = neocloud_core::OfferQuery {
-        gpu_count: 1,
-        ..Default::default()
-    };
     for _ in 0..600 {
-        let offers = kube.list_offers(&query).await.unwrap_or_default();
+        let offers = kube.list_offers(&query()).await.unwrap_or_default();
         if offers.iter().any(|o| o.id.ends_with(PRODUCT))
             && remote_free_nodes(&remote_client).await == 2
         {
@@ -338,5 +337,96 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
             .unwrap()
             .is_none()
     );
+
+    // The node killed mid-rental and started again adopts the remote Pod it made.
+    create_pod(&world, "job-e", "Never").await;
+    let e = remote_pod(&world, &remote, "job-e").await;
+    let e_name = e.metadata.name.clone().unwrap();
+    world.kill().await;
+    world.start();
+    write_status(
+        &remote,
+        &e_name,
+        json!({"phase": "Running", "podIP": "10.20.0.11"}),
+    )
+    .await;
+    world
+        .wait_pod("job-e", "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let adopted = remote.get(&e_name).await.unwrap();
+    assert_eq!(adopted.metadata.uid, e.metadata.uid);
+    let ours = remote
+        .list(&ListParams::default().labels("app.kubernetes.io/managed-by=neocloud-node"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ours.items.len(),
+        1,
+        "only job-e's Pod is left on the remote cluster"
+    );
+
+    // A remote Pod under this cluster's prefix that no binding names is swept.
+    let orphan = ClusterId::new("test").unwrap().external_name("orphan-0001");
+    let kube_provider = world
+        .renter
+        .catalog
+        .provider(ProviderId::Kube)
+        .expect("the kube provider is in the catalog");
+    // Left by a node that died after its binding went (made here as that node made it).
+    let left: Pod = serde_json::from_value(json!({
+        "metadata": {"name": orphan, "labels": {"app.kubernetes.io/managed-by": "neocloud-node"},
+            "annotations": {"cloud.aibrix.ai/gpu-product": PRODUCT}},
+        "spec": {"restartPolicy": "Never", "nodeSelector": {"nvidia.com/gpu.product": PRODUCT},
+            "containers": [{"name": "workload", "image": "registry.invalid/cuda:12"}]}
+    }))
+    .unwrap();
+    remote.create(&PostParams::default(), &left).await.unwrap();
+    let sweeper = Sweeper::new(
+        world.ctx.client.clone(),
+        vec![Arc::clone(&kube_provider)],
+        ClusterId::new("test").unwrap(),
+        SweeperConfig {
+            grace: Duration::ZERO,
+            ..SweeperConfig::default()
+        },
+    );
+    let report = sweeper.sweep_once().await.unwrap();
+    let deleted: Vec<&str> = report
+        .deleted
+        .iter()
+        .map(|d| d.external_name.as_str())
+        .collect();
+    assert_eq!(deleted, [orphan.as_str()], "{report:?}");
+    assert!(
+        report.kept_bound.iter().any(|k| k.external_name == e_name),
+        "{report:?}"
+    );
+    for _ in 0..100 {
+        if remote.get_opt(&orphan).await.unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(remote.get_opt(&orphan).await.unwrap().is_none());
+
+    // The remote API gone: the Pod running there stays Running, and new Pods go to a cloud.
     second.stop();
+    create_pod(&world, "job-f", "Never").await;
+    world
+        .wait_pod("job-f", "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let f = world.binding("job-f").await.status.unwrap();
+    assert_ne!(f.provider.as_deref(), Some("kube"), "{:#?}", f.attempts);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = world.pods().get("job-e").await.unwrap();
+    assert_eq!(phase(&still), Some("Running"));
+    let e_binding = world.binding("job-e").await.status.unwrap();
+    assert_eq!(e_binding.provider.as_deref(), Some("kube"));
+}
+
+fn query() -> neocloud_core::OfferQuery {
+    neocloud_core::OfferQuery {
+        gpu_count: 1,
+        ..Default::default()
+    }
 }
