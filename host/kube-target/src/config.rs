@@ -115,8 +115,7 @@ pub fn validate(clusters: &[RemoteCluster], field: &str) -> Result<(), ConfigErr
                 ));
             }
             (Some(s), None) => {
-                let parts: Vec<&str> = s.split('/').collect();
-                if parts.len() > 2 || parts.iter().any(|p| !is_dns_label(p)) {
+                if !is_secret_ref(s) {
                     return Err(error(
                         format!("{at}.kubeconfig.secret"),
                         format!("{s:?} is not a Secret name or namespace/name"),
@@ -132,34 +131,51 @@ pub fn validate(clusters: &[RemoteCluster], field: &str) -> Result<(), ConfigErr
                 }
             }
         }
-        if c.gpu_prices.is_empty() {
+        validate_prices(&c.gpu_prices, c.surcharge_per_hour, &at)?;
+    }
+    Ok(())
+}
+
+/// Checks a price table and surcharge at `at` (`remoteClusters[0]`, `nvke`): at least one
+/// product, every price finite and positive, the surcharge finite and not negative.
+pub fn validate_prices(
+    prices: &BTreeMap<String, f64>,
+    surcharge_per_hour: f64,
+    at: &str,
+) -> Result<(), ConfigError> {
+    if prices.is_empty() {
+        return Err(error(
+            format!("{at}.gpuPrices"),
+            "is empty: no GPU of this cluster could be offered".to_owned(),
+        ));
+    }
+    for (product, price) in prices {
+        if product.trim().is_empty() {
             return Err(error(
                 format!("{at}.gpuPrices"),
-                "is empty: no GPU of this cluster could be offered".to_owned(),
+                "has an empty product name".to_owned(),
             ));
         }
-        for (product, price) in &c.gpu_prices {
-            if product.trim().is_empty() {
-                return Err(error(
-                    format!("{at}.gpuPrices"),
-                    "has an empty product name".to_owned(),
-                ));
-            }
-            if !price.is_finite() || *price <= 0.0 {
-                return Err(error(
-                    format!("{at}.gpuPrices[{product:?}]"),
-                    format!("{price} is not a positive price in USD per GPU-hour"),
-                ));
-            }
-        }
-        if !c.surcharge_per_hour.is_finite() || c.surcharge_per_hour < 0.0 {
+        if !price.is_finite() || *price <= 0.0 {
             return Err(error(
-                format!("{at}.surchargePerHour"),
-                format!("{} is not a price in USD per hour", c.surcharge_per_hour),
+                format!("{at}.gpuPrices[{product:?}]"),
+                format!("{price} is not a positive price in USD per GPU-hour"),
             ));
         }
     }
+    if !surcharge_per_hour.is_finite() || surcharge_per_hour < 0.0 {
+        return Err(error(
+            format!("{at}.surchargePerHour"),
+            format!("{surcharge_per_hour} is not a price in USD per hour"),
+        ));
+    }
     Ok(())
+}
+
+/// Whether `s` names a Secret: `name` or `namespace/name`, each a DNS label.
+pub fn is_secret_ref(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('/').collect();
+    parts.len() <= 2 && parts.iter().all(|p| is_dns_label(p))
 }
 
 #[cfg(test)]

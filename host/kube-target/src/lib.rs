@@ -6,15 +6,18 @@
 //! - [`capacity`]: free GPUs per node from the remote Nodes and Pods;
 //! - [`offers`]: those GPUs as priced offers;
 //! - [`pod`]: the remote Pod and Secret of a rental, and how a remote Pod reads as an instance;
-//! - [`target`]: the provider itself, with the watches that keep its offers current.
+//! - [`target`]: the provider itself, with the watches that keep its offers current;
+//! - [`nvke`]: discovery of the workload clusters an NVKE management plane provisions.
 //!
-//! Not for the node's own cluster, and not for NVKE's management API (cluster discovery).
+//! Not for the node's own cluster.
 
 pub mod capacity;
 pub mod config;
+pub mod nvke;
 pub mod offers;
 pub mod pod;
 pub mod target;
 
 pub use config::{ConfigError, KubeconfigSource, RemoteCluster};
+pub use nvke::{NvkeDiscovery, discover};
 pub use target::{KubeTarget, client_from_kubeconfig};

@@ -7,6 +7,7 @@
 //! cluster (see [`client_from_kubeconfig`]).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,7 +19,7 @@ use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use kube::{Api, Client};
 use neocloud_core::{FailureClass, InstanceState, Offer, OfferQuery, ProviderId};
 use neocloud_providers::{CreateRequest, Operation, Provider, ProviderError};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::task::JoinHandle;
 
 use crate::capacity::{NodeGpus, free_gpus};
@@ -48,6 +49,9 @@ pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client, String> {
 /// One remote cluster: its configuration, client, caches and whether its API answers.
 struct Cluster {
     config: RemoteCluster,
+    /// Whether new rentals may go there (discovery stops it for a cluster no longer
+    /// provisioned; its Pods are still read and deleted).
+    offering: AtomicBool,
     client: Client,
     nodes: reflector::Store<Node>,
     pods: reflector::Store<Pod>,
@@ -67,20 +71,25 @@ impl Drop for Cluster {
 /// Remote Kubernetes clusters as one provider, `kube`. Each cluster's name is the region of its
 /// offers. Cheap to share; every method is safe to call concurrently.
 pub struct KubeTarget {
-    clusters: Vec<Cluster>,
+    clusters: RwLock<Vec<Arc<Cluster>>>,
+    /// Why cluster discovery last failed, `None` when it answered (or is not configured).
+    pub(crate) discovery: Mutex<Option<ProviderError>>,
+    /// Background tasks (discovery), stopped with the provider.
+    pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for KubeTarget {
+    fn drop(&mut self) {
+        for t in self.tasks.lock().iter() {
+            t.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for KubeTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeTarget")
-            .field(
-                "clusters",
-                &self
-                    .clusters
-                    .iter()
-                    .map(|c| c.config.name.as_str())
-                    .collect::<Vec<_>>(),
-            )
+            .field("clusters", &self.cluster_names())
             .finish()
     }
 }
@@ -119,49 +128,88 @@ impl KubeTarget {
     /// runtime; the watches stop when the provider is dropped. `clusters` should have passed
     /// [`crate::config::validate`].
     pub fn start(clusters: Vec<(RemoteCluster, Client)>) -> KubeTarget {
-        let clusters = clusters
-            .into_iter()
-            .map(|(config, client)| {
-                let trouble = Arc::new(Mutex::new(None));
-                let (nodes, node_writer) = reflector::store();
-                let (pods, pod_writer) = reflector::store();
-                let live = watcher::Config::default()
-                    .fields("status.phase!=Succeeded,status.phase!=Failed");
-                let watches = vec![
-                    watch(
-                        watcher::watcher(Api::<Node>::all(client.clone()), Default::default()),
-                        node_writer,
-                        trouble.clone(),
-                        "nodes",
-                        config.name.clone(),
-                    ),
-                    watch(
-                        watcher::watcher(Api::<Pod>::all(client.clone()), live),
-                        pod_writer,
-                        trouble.clone(),
-                        "pods",
-                        config.name.clone(),
-                    ),
-                ];
-                Cluster {
-                    config,
-                    client,
-                    nodes,
-                    pods,
-                    trouble,
-                    watches,
-                }
-            })
-            .collect();
-        KubeTarget { clusters }
+        let target = KubeTarget {
+            clusters: RwLock::new(Vec::new()),
+            discovery: Mutex::new(None),
+            tasks: Mutex::new(Vec::new()),
+        };
+        for (config, client) in clusters {
+            target.add_cluster(config, client);
+        }
+        target
     }
 
-    /// The configured clusters' names.
-    pub fn cluster_names(&self) -> Vec<&str> {
+    /// Adds a cluster and starts watching it; a cluster of that name already there is offered
+    /// again instead (its client and configuration are kept). Must be called inside a Tokio
+    /// runtime.
+    pub fn add_cluster(&self, config: RemoteCluster, client: Client) {
+        let mut clusters = self.clusters.write();
+        if let Some(known) = clusters.iter().find(|c| c.config.name == config.name) {
+            known.offering.store(true, Ordering::Relaxed);
+            return;
+        }
+        let trouble = Arc::new(Mutex::new(None));
+        let (nodes, node_writer) = reflector::store();
+        let (pods, pod_writer) = reflector::store();
+        let live =
+            watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+        let watches = vec![
+            watch(
+                watcher::watcher(Api::<Node>::all(client.clone()), Default::default()),
+                node_writer,
+                trouble.clone(),
+                "nodes",
+                config.name.clone(),
+            ),
+            watch(
+                watcher::watcher(Api::<Pod>::all(client.clone()), live),
+                pod_writer,
+                trouble.clone(),
+                "pods",
+                config.name.clone(),
+            ),
+        ];
+        tracing::info!(cluster = %config.name, namespace = %config.namespace, "renting on remote cluster");
+        clusters.push(Arc::new(Cluster {
+            config,
+            offering: AtomicBool::new(true),
+            client,
+            nodes,
+            pods,
+            trouble,
+            watches,
+        }));
+    }
+
+    /// Stops (or resumes) new rentals on a cluster; its Pods are still read and deleted.
+    pub fn set_offering(&self, name: &str, offering: bool) {
+        if let Some(c) = self.clusters.read().iter().find(|c| c.config.name == name)
+            && c.offering.swap(offering, Ordering::Relaxed) != offering
+        {
+            tracing::info!(cluster = %name, offering, "remote cluster offering changed");
+        }
+    }
+
+    /// The clusters' names, and whether each takes new rentals.
+    pub fn clusters_offering(&self) -> Vec<(String, bool)> {
         self.clusters
+            .read()
             .iter()
-            .map(|c| c.config.name.as_str())
+            .map(|c| (c.config.name.clone(), c.offering.load(Ordering::Relaxed)))
             .collect()
+    }
+
+    /// The clusters' names.
+    pub fn cluster_names(&self) -> Vec<String> {
+        self.clusters
+            .read()
+            .iter()
+            .map(|c| c.config.name.clone())
+            .collect()
+    }
+
+    fn snapshot(&self) -> Vec<Arc<Cluster>> {
+        self.clusters.read().clone()
     }
 
     /// The cluster and Pod name an instance id names.
@@ -169,7 +217,7 @@ impl KubeTarget {
         &self,
         id: &'a str,
         op: Operation,
-    ) -> Result<(&Cluster, &'a str), ProviderError> {
+    ) -> Result<(Arc<Cluster>, &'a str), ProviderError> {
         let (cluster, pod) = parse_instance_id(id).ok_or_else(|| {
             error(
                 op,
@@ -180,10 +228,12 @@ impl KubeTarget {
         Ok((self.cluster(cluster, op)?, pod))
     }
 
-    fn cluster(&self, name: &str, op: Operation) -> Result<&Cluster, ProviderError> {
+    fn cluster(&self, name: &str, op: Operation) -> Result<Arc<Cluster>, ProviderError> {
         self.clusters
+            .read()
             .iter()
             .find(|c| c.config.name == name)
+            .cloned()
             .ok_or_else(|| {
                 error(
                     op,
@@ -342,9 +392,11 @@ impl Provider for KubeTarget {
     /// provider's last offers, and a cluster known to be down must not be planned on from
     /// them. Why it offers nothing is what `health` reports.
     async fn list_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, ProviderError> {
+        let clusters = self.snapshot();
         let answers = futures::future::join_all(
-            self.clusters
+            clusters
                 .iter()
+                .filter(|c| c.offering.load(Ordering::Relaxed))
                 .map(|c| async move { (c, c.free(Operation::ListOffers).await) }),
         )
         .await;
@@ -380,6 +432,14 @@ impl Provider for KubeTarget {
             .map_err(|e| classify(name, op, &e).with_subject(subject.clone()))?
         {
             return Ok(instance_state(name, &existing));
+        }
+        if !cluster.offering.load(Ordering::Relaxed) {
+            return Err(error(
+                op,
+                FailureClass::Capacity,
+                format!("remote cluster {name} takes no new rentals (no longer provisioned)"),
+            )
+            .with_subject(subject));
         }
         let free = cluster
             .free(op)
@@ -441,7 +501,7 @@ impl Provider for KubeTarget {
             }
         }
         tracing::info!(cluster = %name, pod = %req.external_name, product, gpus = wanted, "created the remote Pod");
-        self.scheduled(cluster, created, &subject).await
+        self.scheduled(&cluster, created, &subject).await
     }
 
     async fn get(&self, id: &str) -> Result<Option<InstanceState>, ProviderError> {
@@ -461,7 +521,7 @@ impl Provider for KubeTarget {
         external_name: &str,
     ) -> Result<Option<InstanceState>, ProviderError> {
         let op = Operation::FindByName;
-        for cluster in &self.clusters {
+        for cluster in &self.snapshot() {
             let name = cluster.config.name.as_str();
             if let Some(pod) = cluster
                 .pods()
@@ -481,7 +541,7 @@ impl Provider for KubeTarget {
         let op = Operation::ListOurs;
         let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
         let mut out = Vec::new();
-        for cluster in &self.clusters {
+        for cluster in &self.snapshot() {
             let name = cluster.config.name.as_str();
             let mut params = ListParams::default().labels(&selector).limit(500);
             loop {
@@ -531,20 +591,23 @@ impl Provider for KubeTarget {
         }
     }
 
-    /// Healthy while at least one cluster answers with our credentials; each cluster's answer
-    /// also decides whether its offers are listed.
+    /// Healthy while at least one cluster answers with our credentials and discovery (if any)
+    /// answers too; each cluster's answer also decides whether its offers are listed.
     async fn health(&self) -> Result<(), ProviderError> {
         let op = Operation::Health;
-        if self.clusters.is_empty() {
+        if let Some(e) = self.discovery.lock().clone() {
+            return Err(e);
+        }
+        if self.clusters.read().is_empty() {
             return Err(error(
                 op,
-                FailureClass::InvalidRequest,
-                "no remote cluster is configured",
+                FailureClass::Capacity,
+                "no remote cluster is configured or provisioned yet",
             ));
         }
         let mut first_error = None;
         let mut healthy = 0;
-        for cluster in &self.clusters {
+        for cluster in &self.snapshot() {
             let name = cluster.config.name.as_str();
             // A namespaced list proves both that the API answers and that we may work there.
             let probe = cluster.pods().list(&ListParams::default().limit(1)).await;

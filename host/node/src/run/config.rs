@@ -69,6 +69,10 @@ pub struct RunConfig {
     /// clusters"). Only read when `kube` is an enabled provider.
     #[serde(default)]
     pub remote_clusters: Vec<neocloud_kube_target::RemoteCluster>,
+    /// NVKE discovery: the workload clusters an NVKE management plane provisions join
+    /// `remoteClusters` by themselves (see the README's "Remote clusters").
+    #[serde(default)]
+    pub nvke: Option<neocloud_kube_target::NvkeDiscovery>,
 }
 
 /// The `spend:` section.
@@ -331,8 +335,14 @@ impl RunConfig {
         }
         self.spend.check()?;
         neocloud_kube_target::config::validate(&self.remote_clusters, "remoteClusters")?;
-        if self.providers.contains(&ProviderId::Kube) && self.remote_clusters.is_empty() {
-            bail!("providers: kube needs at least one entry in remoteClusters");
+        if let Some(nvke) = &self.nvke {
+            nvke.validate()?;
+        }
+        if self.providers.contains(&ProviderId::Kube)
+            && self.remote_clusters.is_empty()
+            && self.nvke.is_none()
+        {
+            bail!("providers: kube needs at least one entry in remoteClusters, or nvke");
         }
         if !self.policies.wasm_dir.is_absolute() {
             bail!(
@@ -441,6 +451,14 @@ mod tests {
         assert!(
             RunConfig::from_yaml(&good.replace("namespace: burst", "namespace: Burst")).is_err()
         );
+        let nvke = format!(
+            "{MINIMAL}providers: [kube]\nnvke: {{url: 'https://nvke.example.com', \
+             tokenSecret: nvke-token, namespace: burst, gpuPrices: {{H100: 2.5}}}}\n"
+        );
+        let c = RunConfig::from_yaml(&nvke).unwrap();
+        assert_eq!(c.nvke.as_ref().unwrap().interval_seconds, 30);
+        let e = RunConfig::from_yaml(&nvke.replace("https://", "ftp://")).unwrap_err();
+        assert!(e.to_string().starts_with("nvke.url: \"ftp://"), "{e}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 use neocloud_core::ProviderId;
-use neocloud_kube_target::{KubeTarget, client_from_kubeconfig};
+use neocloud_kube_target::{KubeTarget, client_from_kubeconfig, discover};
 use neocloud_providers::{
     FakeProvider, LambdaProvider, Provider, RunpodProvider, VastConfig, VastProvider,
 };
@@ -43,9 +43,9 @@ pub fn providers_from_env(ids: &[ProviderId]) -> anyhow::Result<Vec<Arc<dyn Prov
 /// The `kube` provider over the config's `remoteClusters`: each kubeconfig read from its Secret
 /// in this cluster (a bare name is in `POD_NAMESPACE`) or its file, and a client built from it.
 /// An unreadable or invalid kubeconfig stops the start, naming the cluster's entry.
-pub async fn remote_clusters(cfg: &RunConfig, client: &Client) -> anyhow::Result<KubeTarget> {
-    if cfg.remote_clusters.is_empty() {
-        anyhow::bail!("providers: kube needs at least one entry in remoteClusters");
+pub async fn remote_clusters(cfg: &RunConfig, client: &Client) -> anyhow::Result<Arc<KubeTarget>> {
+    if cfg.remote_clusters.is_empty() && cfg.nvke.is_none() {
+        anyhow::bail!("providers: kube needs at least one entry in remoteClusters, or nvke");
     }
     let own_namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".to_owned());
     let mut clusters = Vec::with_capacity(cfg.remote_clusters.len());
@@ -79,7 +79,11 @@ pub async fn remote_clusters(cfg: &RunConfig, client: &Client) -> anyhow::Result
             .map_err(|e| anyhow::anyhow!("{at} ({}): {e}", cluster.name))?;
         clusters.push((cluster.clone(), remote));
     }
-    let target = KubeTarget::start(clusters);
+    let target = Arc::new(KubeTarget::start(clusters));
+    if let Some(nvke) = &cfg.nvke {
+        tracing::info!(url = %nvke.url, "discovering NVKE workload clusters");
+        discover(&target, nvke.clone(), client.clone(), own_namespace);
+    }
     tracing::info!(clusters = ?target.cluster_names(), "renting on remote clusters (provider kube)");
     Ok(target)
 }
@@ -118,7 +122,7 @@ pub(super) async fn start(cfg: &RunConfig) -> anyhow::Result<Started> {
     for id in &ids {
         match id {
             ProviderId::Kube => {
-                built.push(Arc::new(remote_clusters(cfg, &client).await?) as Arc<dyn Provider>)
+                built.push(remote_clusters(cfg, &client).await? as Arc<dyn Provider>)
             }
             other => built.extend(providers_from_env(std::slice::from_ref(other))?),
         }

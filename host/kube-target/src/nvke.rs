@@ -1,0 +1,410 @@
+//! NVKE discovery: the workload clusters an NVKE management plane has provisioned become remote
+//! clusters of the `kube` provider, and stop taking new rentals when they are no longer listed
+//! as provisioned.
+//!
+//! Every `intervalSeconds` the node reads its JWT from a Secret (so a rotated token is picked up),
+//! lists `GET <url>/api/clusters` with it as a bearer token, and for each cluster whose
+//! `conditions.provisioned` is true and `conditions.provisioning` false reads the kubeconfig
+//! from the Secret named by the cluster's id (in the node's namespace). A refused token or an
+//! unreachable API makes the provider unhealthy with the reason; the clusters already found keep
+//! their running Pods.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
+use neocloud_core::{FailureClass, ProviderId};
+use neocloud_providers::{Operation, ProviderError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::{
+    ConfigError, KubeconfigSource, RemoteCluster, is_dns_label, is_secret_ref, validate_prices,
+};
+use crate::target::{KubeTarget, client_from_kubeconfig};
+
+/// The `nvke:` section of the node's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NvkeDiscovery {
+    /// The management API's base URL, e.g. `https://nvke.example.com` (NVKE itself serves plain
+    /// HTTP on NodePort 30080; put TLS in front of it).
+    pub url: String,
+    /// The Secret holding the JWT: `name` (in the node's namespace) or `namespace/name`.
+    pub token_secret: String,
+    /// Its key, default `token`.
+    #[serde(default = "default_token_key")]
+    pub token_key: String,
+    /// The namespace the node's Pods go to on every workload cluster.
+    pub namespace: String,
+    /// USD per GPU-hour by product, as for `remoteClusters`.
+    pub gpu_prices: BTreeMap<String, f64>,
+    /// USD per hour added to each Pod, default 0.
+    #[serde(default)]
+    pub surcharge_per_hour: f64,
+    /// The key of each cluster's kubeconfig in the Secret named by its id, default `kubeconfig`.
+    #[serde(default = "default_kubeconfig_key")]
+    pub kubeconfig_key: String,
+    /// Seconds between two listings, default 30, at least 1.
+    #[serde(default = "default_interval")]
+    pub interval_seconds: u64,
+}
+
+fn default_token_key() -> String {
+    "token".to_owned()
+}
+fn default_kubeconfig_key() -> String {
+    "kubeconfig".to_owned()
+}
+fn default_interval() -> u64 {
+    30
+}
+
+fn bad(field: &str, message: String) -> ConfigError {
+    ConfigError {
+        field: format!("nvke.{field}"),
+        message,
+    }
+}
+
+impl NvkeDiscovery {
+    /// Checks the section; errors name the field and the value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url = self.url.trim_end_matches('/');
+        let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+        if !scheme_ok || reqwest::Url::parse(url).is_err() {
+            return Err(bad("url", format!("{:?} is not an http(s) URL", self.url)));
+        }
+        if !is_secret_ref(&self.token_secret) {
+            return Err(bad(
+                "tokenSecret",
+                format!(
+                    "{:?} is not a Secret name or namespace/name",
+                    self.token_secret
+                ),
+            ));
+        }
+        if !is_dns_label(&self.namespace) {
+            return Err(bad(
+                "namespace",
+                format!("{:?} is not a namespace name", self.namespace),
+            ));
+        }
+        if self.interval_seconds == 0 {
+            return Err(bad("intervalSeconds", "0 must be at least 1".to_owned()));
+        }
+        validate_prices(&self.gpu_prices, self.surcharge_per_hour, "nvke")
+    }
+}
+
+/// A workload cluster as the management API lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvkeCluster {
+    /// Its id: the name of the Secret with its kubeconfig, and its region in offers.
+    pub id: String,
+    /// `conditions.provisioned`.
+    pub provisioned: bool,
+    /// `conditions.provisioning`.
+    pub provisioning: bool,
+}
+
+impl NvkeCluster {
+    /// Provisioned and no longer provisioning: ready for work.
+    pub fn ready(&self) -> bool {
+        self.provisioned && !self.provisioning
+    }
+}
+
+/// A condition as a boolean: `true`, or a `"True"` string.
+fn truth(v: &Value) -> bool {
+    v.as_bool()
+        .unwrap_or_else(|| v.as_str().is_some_and(|s| s.eq_ignore_ascii_case("true")))
+}
+
+/// The clusters of a `GET /api/clusters` answer: a list, or an object holding it under
+/// `clusters` or `items`; conditions as an object of booleans or a list of `{type, status}`.
+pub fn parse_clusters(body: &Value) -> Result<Vec<NvkeCluster>, String> {
+    let list = body
+        .as_array()
+        .or_else(|| body.get("clusters").and_then(Value::as_array))
+        .or_else(|| body.get("items").and_then(Value::as_array))
+        .ok_or_else(|| "the answer holds no list of clusters".to_owned())?;
+    list.iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let id = c
+                .get("id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("cluster {i} has no id"))?;
+            let condition = |name: &str| match c.get("conditions") {
+                Some(Value::Object(m)) => m.get(name).is_some_and(truth),
+                Some(Value::Array(list)) => list.iter().any(|x| {
+                    x.get("type")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| t.eq_ignore_ascii_case(name))
+                        && x.get("status").is_some_and(truth)
+                }),
+                _ => false,
+            };
+            Ok(NvkeCluster {
+                id: id.to_owned(),
+                provisioned: condition("provisioned"),
+                provisioning: condition("provisioning"),
+            })
+        })
+        .collect()
+}
+
+fn failure(class: FailureClass, message: impl std::fmt::Display) -> ProviderError {
+    ProviderError::new(
+        ProviderId::Kube,
+        Operation::Health,
+        class,
+        format!("NVKE discovery: {message}"),
+    )
+}
+
+/// The value at `key` of Secret `namespace/name` as text.
+async fn secret_text(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<String, String> {
+    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .map_err(|e| format!("cannot read Secret {namespace}/{name}: {e}"))?;
+    let value = secret
+        .data
+        .and_then(|mut d| d.remove(key))
+        .ok_or_else(|| format!("Secret {namespace}/{name} has no key {key:?}"))?;
+    String::from_utf8(value.0)
+        .map_err(|_| format!("key {key:?} of Secret {namespace}/{name} is not text"))
+}
+
+/// One listing: the clusters, or why they could not be listed.
+async fn list(
+    http: &reqwest::Client,
+    cfg: &NvkeDiscovery,
+    token: &str,
+) -> Result<Vec<NvkeCluster>, ProviderError> {
+    let url = format!("{}/api/clusters", cfg.url.trim_end_matches('/'));
+    let response = http
+        .get(&url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .map_err(|e| failure(FailureClass::Transient, format!("GET {url} failed: {e}")))?;
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    let detail: String = text.chars().take(200).collect();
+    match status.as_u16() {
+        200..=299 => {}
+        401 | 403 => {
+            return Err(failure(
+                FailureClass::Auth,
+                format!("the management API refused the token ({status}): {detail}"),
+            ));
+        }
+        _ => {
+            return Err(failure(
+                FailureClass::Transient,
+                format!("GET {url} answered {status}: {detail}"),
+            ));
+        }
+    }
+    let body: Value = serde_json::from_str(&text).map_err(|e| {
+        failure(
+            FailureClass::Transient,
+            format!("the answer is not JSON: {e}"),
+        )
+    })?;
+    parse_clusters(&body).map_err(|e| failure(FailureClass::Transient, e))
+}
+
+/// What one round of discovery does, given what earlier rounds found.
+struct Discovery {
+    target: Arc<KubeTarget>,
+    cfg: NvkeDiscovery,
+    local: Client,
+    own_namespace: String,
+    http: reqwest::Client,
+    /// Clusters this discovery added (statically configured ones are left alone).
+    found: BTreeSet<String>,
+}
+
+impl Discovery {
+    async fn round(&mut self) -> Result<(), ProviderError> {
+        let (token_ns, token_name) = self
+            .cfg
+            .token_secret
+            .split_once('/')
+            .unwrap_or((self.own_namespace.as_str(), self.cfg.token_secret.as_str()));
+        let token = secret_text(&self.local, token_ns, token_name, &self.cfg.token_key)
+            .await
+            .map_err(|e| failure(FailureClass::Auth, format!("no token: {e}")))?;
+        let clusters = list(&self.http, &self.cfg, token.trim()).await?;
+        let ready: BTreeSet<&str> = clusters
+            .iter()
+            .filter(|c| c.ready())
+            .map(|c| c.id.as_str())
+            .collect();
+        for id in &ready {
+            if self.found.contains(*id) {
+                self.target.set_offering(id, true);
+                continue;
+            }
+            if !is_dns_label(id) {
+                tracing::warn!(cluster = %id, "NVKE cluster id is not a DNS label; it is not used");
+                continue;
+            }
+            let kubeconfig = match secret_text(
+                &self.local,
+                &self.own_namespace,
+                id,
+                &self.cfg.kubeconfig_key,
+            )
+            .await
+            {
+                Ok(k) => k,
+                Err(e) => {
+                    tracing::warn!(cluster = %id, error = %e, "NVKE cluster provisioned, but its kubeconfig is not readable yet");
+                    continue;
+                }
+            };
+            let client = match client_from_kubeconfig(&kubeconfig).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(cluster = %id, error = %e, "NVKE cluster's kubeconfig is not usable");
+                    continue;
+                }
+            };
+            let cluster = RemoteCluster {
+                name: (*id).to_owned(),
+                namespace: self.cfg.namespace.clone(),
+                kubeconfig: KubeconfigSource {
+                    secret: Some((*id).to_owned()),
+                    key: Some(self.cfg.kubeconfig_key.clone()),
+                    path: None,
+                },
+                gpu_prices: self.cfg.gpu_prices.clone(),
+                surcharge_per_hour: self.cfg.surcharge_per_hour,
+            };
+            self.target.add_cluster(cluster, client);
+            self.found.insert((*id).to_owned());
+        }
+        for id in &self.found {
+            if !ready.contains(id.as_str()) {
+                self.target.set_offering(id, false);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Starts discovery for `target`: every `cfg.intervalSeconds`, until the provider is dropped.
+/// `local` reads the token and kubeconfig Secrets; `own_namespace` is where they are unless the
+/// token's Secret names its namespace.
+pub fn discover(
+    target: &Arc<KubeTarget>,
+    cfg: NvkeDiscovery,
+    local: Client,
+    own_namespace: String,
+) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default();
+    let interval = Duration::from_secs(cfg.interval_seconds.max(1));
+    let mut discovery = Discovery {
+        target: Arc::clone(target),
+        cfg,
+        local,
+        own_namespace,
+        http,
+        found: BTreeSet::new(),
+    };
+    // The task ends once it holds the provider's last reference (the node dropped it).
+    let weak = Arc::downgrade(target);
+    let task = tokio::spawn(async move {
+        loop {
+            let outcome = discovery.round().await;
+            match &outcome {
+                Ok(()) => tracing::debug!("NVKE discovery listed the workload clusters"),
+                Err(e) => tracing::warn!(error = %e, "NVKE discovery failed"),
+            }
+            *discovery.target.discovery.lock() = outcome.err();
+            if weak.strong_count() <= 1 {
+                return;
+            }
+            tokio::time::sleep(interval).await;
+        }
+    });
+    target.tasks.lock().push(task);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn clusters_are_read_from_the_shapes_the_api_may_answer_with() {
+        let ours = json!({"clusters": [
+            {"id": "wc-1", "conditions": {"provisioning": false, "provisioned": true}},
+            {"id": "wc-2", "conditions": {"provisioning": true, "provisioned": false}}
+        ]});
+        let parsed = parse_clusters(&ours).unwrap();
+        assert_eq!(
+            parsed.iter().map(NvkeCluster::ready).collect::<Vec<_>>(),
+            [true, false]
+        );
+        let listed = json!([{"id": "a", "conditions": [
+            {"type": "Provisioned", "status": "True"}, {"type": "Provisioning", "status": "False"}
+        ]}]);
+        assert!(parse_clusters(&listed).unwrap()[0].ready());
+        let items = json!({"items": [{"id": "b"}]});
+        assert!(!parse_clusters(&items).unwrap()[0].ready());
+        assert!(parse_clusters(&json!({"nope": 1})).is_err());
+        assert_eq!(
+            parse_clusters(&json!([{"name": "x"}])).unwrap_err(),
+            "cluster 0 has no id"
+        );
+    }
+
+    #[test]
+    fn bad_sections_are_refused_by_field() {
+        let good = NvkeDiscovery {
+            url: "https://nvke.example.com".into(),
+            token_secret: "nvke-token".into(),
+            token_key: default_token_key(),
+            namespace: "burst".into(),
+            gpu_prices: BTreeMap::from([("H100".to_owned(), 2.0)]),
+            surcharge_per_hour: 0.0,
+            kubeconfig_key: default_kubeconfig_key(),
+            interval_seconds: 30,
+        };
+        good.validate().unwrap();
+        let field = |edit: &dyn Fn(&mut NvkeDiscovery)| {
+            let mut c = good.clone();
+            edit(&mut c);
+            c.validate().unwrap_err().field
+        };
+        assert_eq!(field(&|c| c.url = "ftp://x".into()), "nvke.url");
+        assert_eq!(
+            field(&|c| c.token_secret = "A/b".into()),
+            "nvke.tokenSecret"
+        );
+        assert_eq!(field(&|c| c.namespace = "".into()), "nvke.namespace");
+        assert_eq!(field(&|c| c.interval_seconds = 0), "nvke.intervalSeconds");
+        assert_eq!(
+            field(&|c| {
+                c.gpu_prices.insert("A40".into(), 0.0);
+            }),
+            "nvke.gpuPrices[\"A40\"]"
+        );
+    }
+}
