@@ -320,5 +320,5 @@ fn every_sample_pod_is_supported_and_every_sample_policy_parses() {
             other => panic!("{name}: unexpected kind {other:?}"),
         }
     }
-    assert_eq!((pods, policies), (4, 3));
+    assert_eq!((pods, policies), (4, 5));
 }

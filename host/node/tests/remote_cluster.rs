@@ -21,8 +21,9 @@ use neocloud_testenv::{ControlPlane, Options};
 use serde_json::json;
 
 mod support;
-use support::exit_code;
+use neocloud_node::crd::BurstPolicy;
 use support::world::{World, phase, providers};
+use support::{exit_code, policy_loaded, wait_policy};
 
 const PRODUCT: &str = "NVIDIA-A100-SXM4-80GB";
 const REMOTE_NS: &str = "burst";
@@ -110,8 +111,23 @@ fn finish_deletions(client: Client) -> tokio::task::JoinHandle<()> {
 
 /// A local GPU Pod wanting an A100, with a value from a local Secret in its environment.
 async fn create_pod(world: &World, name: &str, restart: &str) {
+    create_annotated(
+        world,
+        name,
+        restart,
+        json!({"cloud.aibrix.ai/gpu-type": "A100"}),
+    )
+    .await;
+}
+
+async fn create_annotated(
+    world: &World,
+    name: &str,
+    restart: &str,
+    annotations: serde_json::Value,
+) {
     let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "annotations": {"cloud.aibrix.ai/gpu-type": "A100"}},
+        "metadata": {"name": name, "annotations": annotations},
         "spec": {
             "nodeName": world.node,
             "restartPolicy": restart,
@@ -218,6 +234,47 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
     world.kill().await;
     world.start();
     let remote: Api<Pod> = Api::namespaced(remote_client.clone(), REMOTE_NS);
+
+    // The cloud-first sample policy sends a Pod to a cloud although the cluster is cheaper.
+    let sample = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/samples/burstpolicy-cloud-first.yaml"
+    ))
+    .unwrap();
+    let policy: BurstPolicy = serde_yaml::from_str(&sample).unwrap();
+    Api::<BurstPolicy>::all(world.ctx.client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    wait_policy(
+        &world.ctx.client,
+        "cloud-first",
+        "loaded",
+        60,
+        policy_loaded,
+    )
+    .await;
+    let annotations =
+        json!({"cloud.aibrix.ai/gpu-type": "A100", "cloud.aibrix.ai/policy": "cloud-first"});
+    create_annotated(&world, "job-0", "Never", annotations).await;
+    world
+        .wait_pod("job-0", "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let zero = world.binding("job-0").await.status.unwrap();
+    assert_ne!(
+        zero.provider.as_deref(),
+        Some("kube"),
+        "{:#?}",
+        zero.attempts
+    );
+    assert!(
+        remote
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
 
     // A Pod runs on the remote cluster: its environment's value only in the remote Secret.
     create_pod(&world, "job-a", "Never").await;
