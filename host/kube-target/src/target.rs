@@ -11,14 +11,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use futures::AsyncReadExt as _;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use kube::{Api, Client};
 use neocloud_core::{FailureClass, InstanceState, Offer, OfferQuery, ProviderId};
-use neocloud_providers::{CreateRequest, Operation, Provider, ProviderError};
+use neocloud_providers::{
+    CreateRequest, LogRequest, LogStream, Operation, Provider, ProviderError,
+};
 use parking_lot::{Mutex, RwLock};
 use tokio::task::JoinHandle;
 
@@ -26,7 +30,8 @@ use crate::capacity::{NodeGpus, free_gpus};
 use crate::config::RemoteCluster;
 use crate::offers::{largest_free_by_product, offers, parse_offer_id};
 use crate::pod::{
-    MANAGED_BY, env_secret, instance_state, owned_by, parse_instance_id, remote_pod, secret_name,
+    CONTAINER, MANAGED_BY, env_secret, instance_state, owned_by, parse_instance_id, remote_pod,
+    secret_name,
 };
 
 /// How long a call waits for a cluster's first listing of Nodes and Pods before it treats the
@@ -589,6 +594,51 @@ impl Provider for KubeTarget {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(classify(cluster_name, op, &e).with_subject(id)),
         }
+    }
+
+    /// The remote Pod's workload container's log, read through the remote API server (which
+    /// asks the remote node's kubelet), with the request's options.
+    async fn logs(
+        &self,
+        id: &str,
+        request: &LogRequest,
+    ) -> Result<Option<LogStream>, ProviderError> {
+        let op = Operation::Logs;
+        let (cluster, pod) = self.instance(id, op)?;
+        let params = LogParams {
+            container: Some(CONTAINER.to_owned()),
+            follow: request.follow,
+            limit_bytes: request.limit_bytes,
+            since_seconds: request.since_seconds,
+            tail_lines: request.tail_lines,
+            timestamps: request.timestamps,
+            ..LogParams::default()
+        };
+        let name = cluster.config.name.clone();
+        let reader = cluster
+            .pods()
+            .log_stream(pod, &params)
+            .await
+            .map_err(|e| classify(&name, op, &e).with_subject(id))?;
+        let chunks = futures::stream::unfold(Some(Box::pin(reader)), move |reader| {
+            let name = name.clone();
+            async move {
+                let mut reader = reader?;
+                let mut buf = vec![0u8; 16 * 1024];
+                match reader.read(&mut buf).await {
+                    Ok(0) => None,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Some((Ok(Bytes::from(buf)), Some(reader)))
+                    }
+                    Err(e) => {
+                        let message = format!("reading the log from remote cluster {name}: {e}");
+                        Some((Err(error(op, FailureClass::Transient, message)), None))
+                    }
+                }
+            }
+        });
+        Ok(Some(chunks.boxed()))
     }
 
     /// Healthy while at least one cluster answers with our credentials and discovery (if any)

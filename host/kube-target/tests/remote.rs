@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -14,9 +15,15 @@ use neocloud_core::{
 };
 use neocloud_kube_target::config::validate;
 use neocloud_kube_target::{KubeTarget, KubeconfigSource, RemoteCluster};
-use neocloud_providers::{CreateRequest, Provider};
+use neocloud_providers::{CreateRequest, LogRequest, Provider};
+use neocloud_remote::callback::LogOptions;
+use neocloud_remote::kubelet::{
+    KubeAccessReview, KubeletConfig, KubeletServer, LogError, LogSource, PodRef,
+};
+use neocloud_remote::tls::TlsMaterial;
 use neocloud_testenv::TestContext;
 use serde_json::json;
+use std::sync::Arc;
 
 fn cluster(name: &str, namespace: &str, prices: &[(&str, f64)]) -> RemoteCluster {
     let c = RemoteCluster {
@@ -384,6 +391,113 @@ async fn a_pod_the_remote_scheduler_refuses_fails_for_capacity_and_leaves_nothin
     })
     .await;
     assert!(secrets.get_opt("nc-full-0001-env").await.unwrap().is_none());
+    Api::<Node>::all(ctx.client.clone())
+        .delete(&node, &Default::default())
+        .await
+        .unwrap();
+}
+
+/// The remote node's kubelet, for logs: the kubelet API server of `neocloud-remote` (the one the
+/// node itself serves) with a log source that answers a fixed text and records what it was
+/// asked. The remote API server reaches it with its kubelet client certificate.
+#[derive(Default)]
+struct RemoteKubeletLogs {
+    asked: std::sync::Mutex<Vec<(String, String, LogOptions)>>,
+}
+
+#[async_trait::async_trait]
+impl LogSource for RemoteKubeletLogs {
+    async fn logs(
+        &self,
+        pod: &PodRef,
+        container: &str,
+        opts: LogOptions,
+    ) -> Result<futures::stream::BoxStream<'static, bytes::Bytes>, LogError> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push((pod.name.clone(), container.to_owned(), opts));
+        let lines = ["epoch 1 loss 0.9\n", "epoch 2 loss 0.5\n"];
+        Ok(futures::stream::iter(lines.map(|l| bytes::Bytes::from_static(l.as_bytes()))).boxed())
+    }
+}
+
+#[tokio::test]
+async fn a_remote_pod_s_log_is_read_through_the_remote_api_server_with_the_options_asked() {
+    let ctx = TestContext::new("kube-target-logs").await;
+    let product = "NVIDIA-B200";
+    let node = format!("{}-b200", ctx.namespace);
+    let source = Arc::new(RemoteKubeletLogs::default());
+    let mut config = KubeletConfig::new(&node);
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.client_ca_pem = Some(ctx.control_plane.ca_pem());
+    let tls = TlsMaterial::self_signed(&[node.clone(), "127.0.0.1".into()]).unwrap();
+    let reviews = Arc::new(KubeAccessReview::new(ctx.client.clone()));
+    let kubelet = KubeletServer::start(config, &tls, reviews, source.clone())
+        .await
+        .unwrap();
+    gpu_node(&ctx.client, &node, product, 1).await;
+    let endpoint = json!({"status": {
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet.local_addr().port()}}
+    }});
+    Api::<Node>::all(ctx.client.clone())
+        .patch_status(&node, &PatchParams::default(), &Patch::Merge(&endpoint))
+        .await
+        .unwrap();
+    let target = KubeTarget::start(vec![(
+        cluster("gpu-logs", &ctx.namespace, &[(product, 4.0)]),
+        ctx.client.clone(),
+    )]);
+    let offer = eventually("a B200 offer", || async {
+        offers_of(&target, product, 1).await.into_iter().next()
+    })
+    .await;
+    let rented = target
+        .create(&request("nc-logs-0001", &offer))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = ctx.namespaced();
+    eventually("the remote Pod bound", || async {
+        pods.get("nc-logs-0001").await.ok()?.spec?.node_name
+    })
+    .await;
+
+    let asked = LogRequest {
+        tail_lines: Some(2),
+        timestamps: true,
+        ..LogRequest::default()
+    };
+    let stream = target
+        .logs(&rented.id, &asked)
+        .await
+        .unwrap()
+        .expect("a log API");
+    let chunks: Vec<_> = stream.collect().await;
+    let text: String = chunks
+        .into_iter()
+        .map(|c| String::from_utf8(c.unwrap().to_vec()).unwrap())
+        .collect();
+    assert_eq!(text, "epoch 1 loss 0.9\nepoch 2 loss 0.5\n");
+    let seen = source.asked.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let (pod, container, opts) = &seen[0];
+    assert_eq!(
+        (pod.as_str(), container.as_str()),
+        ("nc-logs-0001", "workload")
+    );
+    assert_eq!(
+        (opts.tail_lines, opts.timestamps, opts.follow),
+        (Some(2), true, false)
+    );
+
+    // An instance the cluster does not have: the remote API server's 404, as an error.
+    let e = match target.logs("gpu-logs/nc-logs-none", &asked).await {
+        Err(e) => e,
+        Ok(_) => panic!("a log for a Pod that does not exist"),
+    };
+    assert!(e.message.contains("nc-logs-none"), "{e}");
+    target.delete(&rented.id).await.unwrap();
     Api::<Node>::all(ctx.client.clone())
         .delete(&node, &Default::default())
         .await

@@ -18,6 +18,8 @@ pub use common::ConfigError;
 pub use fake::FakeProvider;
 pub use http::{ApiKey, HttpConfig};
 pub use lambda::{LambdaConfig, LambdaProvider};
-pub use provider::{Boot, ContainerBoot, CreateRequest, Operation, Provider, ProviderError};
+pub use provider::{
+    Boot, ContainerBoot, CreateRequest, LogRequest, LogStream, Operation, Provider, ProviderError,
+};
 pub use runpod::{RunpodConfig, RunpodProvider};
 pub use vast::{VastConfig, VastProvider, VastSearch};

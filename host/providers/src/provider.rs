@@ -27,6 +27,8 @@ pub enum Operation {
     Delete,
     /// `health`.
     Health,
+    /// `logs`.
+    Logs,
 }
 
 impl fmt::Display for Operation {
@@ -39,6 +41,7 @@ impl fmt::Display for Operation {
             Operation::ListOurs => "list instances",
             Operation::Delete => "delete instance",
             Operation::Health => "check health",
+            Operation::Logs => "read logs",
         })
     }
 }
@@ -201,6 +204,24 @@ fn without(text: &str, secret: &str) -> String {
     out
 }
 
+/// What a log read asks for, as `kubectl logs` does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogRequest {
+    /// Keep the stream open for new output until the workload ends.
+    pub follow: bool,
+    /// Only the last N lines.
+    pub tail_lines: Option<i64>,
+    /// Stop after this many bytes.
+    pub limit_bytes: Option<i64>,
+    /// Only output from the last N seconds.
+    pub since_seconds: Option<i64>,
+    /// Prefix each line with its RFC 3339 time.
+    pub timestamps: bool,
+}
+
+/// A workload's output as it arrives, in chunks; an error ends it.
+pub type LogStream = futures::stream::BoxStream<'static, Result<bytes::Bytes, ProviderError>>;
+
 /// What to create: the workload, the chosen offer, the environment already resolved by the node,
 /// and our deterministic external name.
 #[derive(Clone)]
@@ -340,6 +361,19 @@ pub trait Provider: Send + Sync + fmt::Debug {
 
     /// Checks that the provider answers and accepts our credentials. Read-only.
     async fn health(&self) -> Result<(), ProviderError>;
+
+    /// The workload's output, where the provider itself runs the workload and can read it (a
+    /// remote cluster's Pod): `None` when it has no log API, which is every cloud's case (their
+    /// Pods' logs come from the node's runner). Read-only; each call gets its own stream, which
+    /// with `request.follow` stays open until the workload ends.
+    async fn logs(
+        &self,
+        id: &str,
+        request: &LogRequest,
+    ) -> Result<Option<LogStream>, ProviderError> {
+        let _ = (id, request);
+        Ok(None)
+    }
 
     /// How long a create called now would first wait for the adapter's own spacing of creates
     /// (Lambda allows one launch per 12 s), and why; `None` when it would not wait. Read-only

@@ -25,6 +25,7 @@ pub fn operation_label(operation: Operation) -> &'static str {
         Operation::ListOurs => "list_ours",
         Operation::Delete => "delete",
         Operation::Health => "health",
+        Operation::Logs => "logs",
     }
 }
 
@@ -152,6 +153,15 @@ impl Provider for InstrumentedProvider {
 
     async fn health(&self) -> Result<(), ProviderError> {
         self.timed(Operation::Health, self.inner.health()).await
+    }
+
+    /// Not timed: a stream's life is the reader's, not the provider's answer time.
+    async fn logs(
+        &self,
+        id: &str,
+        request: &neocloud_providers::LogRequest,
+    ) -> Result<Option<neocloud_providers::LogStream>, ProviderError> {
+        self.inner.logs(id, request).await
     }
 
     fn create_wait(&self) -> Option<(std::time::Duration, String)> {

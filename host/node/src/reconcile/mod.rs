@@ -246,6 +246,14 @@ impl Reconciler {
         self.caches.get()
     }
 
+    /// The provider `id` the node rents from, if it is enabled.
+    pub fn provider(
+        &self,
+        id: neocloud_core::ProviderId,
+    ) -> Option<Arc<dyn neocloud_providers::Provider>> {
+        self.renter.catalog.provider(id)
+    }
+
     /// The runner's side, when the node runs one.
     pub fn runners(&self) -> Option<&Arc<Runners>> {
         self.cfg.runners.as_ref()

@@ -11,9 +11,13 @@ use kube::runtime::reflector::ObjectRef;
 use serde::Deserialize;
 
 use crate::callback::TlsMaterial;
+use futures::StreamExt as _;
+use neocloud_providers::LogRequest;
+
+use crate::callback::LogOptions;
 use crate::kubelet::{
     CallbackLogSource, KubeAccessReview, KubeletConfig, KubeletServer, PodLister, PodLookup,
-    PodPlacement,
+    PodPlacement, ProviderLogs,
 };
 use crate::reconcile::{Reconciler, Runners};
 use crate::vnode::NodeConfig;
@@ -126,7 +130,8 @@ impl KubeletApiSettings {
                 })
                 .unwrap_or_default(),
         )
-        .with_lister(lister);
+        .with_lister(lister)
+        .with_provider_logs(provider_logs(Arc::clone(reconciler)));
         let reviews = Arc::new(KubeAccessReview::new(client));
         KubeletServer::start(config, &tls, reviews, Arc::new(source))
             .await
@@ -145,6 +150,50 @@ fn lookup(reconciler: Arc<Reconciler>) -> PodLookup {
         let caches = reconciler.caches()?;
         let pod = caches.pods.get(&ObjectRef::new(name).within(namespace))?;
         placement(&reconciler, caches, &pod)
+    })
+}
+
+/// Logs read from the provider of Pods the runner does not run (a remote cluster's Pod); an
+/// error in the middle of the stream ends it, logged.
+fn provider_logs(reconciler: Arc<Reconciler>) -> ProviderLogs {
+    Arc::new(move |provider: &str, instance: &str, opts: LogOptions| {
+        let found = provider
+            .parse::<neocloud_core::ProviderId>()
+            .ok()
+            .and_then(|id| reconciler.provider(id));
+        let instance = instance.to_owned();
+        Box::pin(async move {
+            let Some(provider) = found else {
+                return Ok(None);
+            };
+            let request = LogRequest {
+                follow: opts.follow,
+                tail_lines: opts
+                    .tail_lines
+                    .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+                limit_bytes: opts
+                    .limit_bytes
+                    .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+                since_seconds: opts
+                    .since_seconds
+                    .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+                timestamps: opts.timestamps,
+            };
+            let stream = provider
+                .logs(&instance, &request)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(stream.map(|s| {
+                s.take_while(|chunk| {
+                    if let Err(e) = chunk {
+                        tracing::warn!(error = %e, "the provider's log stream ended with an error");
+                    }
+                    std::future::ready(chunk.is_ok())
+                })
+                .filter_map(|chunk| std::future::ready(chunk.ok()))
+                .boxed()
+            }))
+        })
     })
 }
 
@@ -174,17 +223,23 @@ fn placement(
 ) -> Option<PodPlacement> {
     let (namespace, name) = (pod.namespace()?, pod.name_any());
     let uid = pod.metadata.uid.clone();
-    let provider = caches
+    let status = caches
         .bindings
         .get(&ObjectRef::new(&name).within(&namespace))
         .filter(|b| Some(&b.spec.pod_uid) == uid.as_ref())
-        .and_then(|b| b.status.as_ref()?.provider.clone());
+        .and_then(|b| b.status.clone());
+    let provider = status.as_ref().and_then(|s| s.provider.clone());
+    let instance = status.and_then(|s| s.instance_id);
     let runner = provider
         .as_deref()
         .and_then(|p| p.parse::<neocloud_core::ProviderId>().ok())
         .zip(reconciler.runners())
         .is_some_and(|(p, runners)| runners.runs(p, pod));
-    Some(PodPlacement::of(pod, provider).with_runner(runner))
+    Some(
+        PodPlacement::of(pod, provider)
+            .with_runner(runner)
+            .with_instance(instance),
+    )
 }
 
 /// DER certificates as PEM.

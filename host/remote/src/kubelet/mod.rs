@@ -54,6 +54,7 @@ pub use request::RequestError;
 pub use server::KubeletServer;
 pub use source::{
     CallbackLogSource, LogError, LogSource, PodLister, PodLookup, PodPlacement, PodRef, PodUsage,
+    ProviderLogs,
 };
 
 use crate::tls::TlsError;

@@ -178,6 +178,8 @@ pub struct PodPlacement {
     /// Whether the node's runner runs it (its logs come from the callback), whatever the
     /// provider; Pods on the source's `runner_providers` always are.
     pub runner: bool,
+    /// The provider's id of its instance, once rented.
+    pub instance: Option<String>,
 }
 
 impl PodPlacement {
@@ -193,6 +195,7 @@ impl PodPlacement {
             provider,
             containers,
             runner: false,
+            instance: None,
         }
     }
 
@@ -201,19 +204,41 @@ impl PodPlacement {
         self.runner = runner;
         self
     }
+
+    /// The same, with its instance's provider id.
+    pub fn with_instance(mut self, instance: Option<String>) -> Self {
+        self.instance = instance;
+        self
+    }
 }
 
 /// Finds a Pod on this node by namespace and name; `None` when it is not here.
 pub type PodLookup = Arc<dyn Fn(&str, &str) -> Option<PodPlacement> + Send + Sync>;
 
+/// Reads an instance's log from its provider, for providers that run the workload themselves
+/// (a remote cluster's Pod): `(provider, instance id, options)` to the stream, `Ok(None)` when
+/// the provider has no log API, or why it failed.
+pub type ProviderLogs = Arc<
+    dyn Fn(
+            &str,
+            &str,
+            LogOptions,
+        )
+            -> futures::future::BoxFuture<'static, Result<Option<BoxStream<'static, Bytes>>, String>>
+        + Send
+        + Sync,
+>;
+
 /// Logs from the runner callback: the workloads of providers that run our runner (Lambda)
-/// stream their output to the node; Pods on other providers have no log.
+/// stream their output to the node; other Pods' logs come from their provider where it has a
+/// log API ([`ProviderLogs`]), and otherwise there are none.
 #[derive(Clone)]
 pub struct CallbackLogSource {
     lookup: PodLookup,
     lister: Option<PodLister>,
     callback: Option<CallbackHandle>,
     runner_providers: BTreeSet<String>,
+    provider_logs: Option<ProviderLogs>,
 }
 
 impl std::fmt::Debug for CallbackLogSource {
@@ -238,7 +263,14 @@ impl CallbackLogSource {
             lister: None,
             callback,
             runner_providers: runner_providers.into_iter().collect(),
+            provider_logs: None,
         }
+    }
+
+    /// The same, reading the logs of Pods the runner does not run from their provider.
+    pub fn with_provider_logs(mut self, logs: ProviderLogs) -> Self {
+        self.provider_logs = Some(logs);
+        self
     }
 
     /// The same, listing the node's Pods with `lister` for their usage.
@@ -253,6 +285,30 @@ impl CallbackLogSource {
                 .provider
                 .as_ref()
                 .is_some_and(|p| self.runner_providers.contains(p))
+    }
+
+    /// The log of a Pod the runner does not run, from its provider if it has a log API.
+    async fn provider_log(
+        &self,
+        pod: &PodRef,
+        placement: &PodPlacement,
+        provider: &str,
+        opts: LogOptions,
+    ) -> Result<BoxStream<'static, Bytes>, LogError> {
+        let no_api = || LogError::NoLogApi {
+            provider: provider.to_owned(),
+        };
+        let (Some(read), Some(instance)) = (&self.provider_logs, &placement.instance) else {
+            return Err(no_api());
+        };
+        match read(provider, instance, opts).await {
+            Ok(Some(stream)) => Ok(stream),
+            Ok(None) => Err(no_api()),
+            Err(message) => Err(LogError::Internal {
+                pod: pod.clone(),
+                message,
+            }),
+        }
     }
 
     /// The placement of `pod`, checked against `container` (when one is named).
@@ -291,7 +347,7 @@ impl LogSource for CallbackLogSource {
         };
         let callback = match &self.callback {
             Some(callback) if self.run_by_runner(&placement) => callback,
-            _ => return Err(LogError::NoLogApi { provider }),
+            _ => return self.provider_log(pod, &placement, &provider, opts).await,
         };
         callback
             .read_logs(&placement.uid, opts)
@@ -373,3 +429,7 @@ impl LogSource for CallbackLogSource {
             .collect()
     }
 }
+
+#[cfg(test)]
+#[path = "source_tests.rs"]
+mod tests;

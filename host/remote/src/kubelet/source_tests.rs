@@ -1,0 +1,126 @@
+use futures::StreamExt;
+
+use super::*;
+
+/// A source whose one Pod `ns/job` (container `main`) is placed on `provider` as `instance`,
+/// not run by the runner, reading provider logs with `read`.
+fn source(provider: &str, instance: Option<&str>, read: Option<ProviderLogs>) -> CallbackLogSource {
+    let placement = PodPlacement {
+        uid: "uid-1".into(),
+        provider: Some(provider.into()),
+        containers: vec!["main".into()],
+        runner: false,
+        instance: None,
+    }
+    .with_instance(instance.map(str::to_owned));
+    let lookup: PodLookup = Arc::new(move |ns: &str, name: &str| {
+        (ns == "ns" && name == "job").then(|| placement.clone())
+    });
+    let source = CallbackLogSource::new(lookup, None, Vec::<String>::new());
+    match read {
+        Some(read) => source.with_provider_logs(read),
+        None => source,
+    }
+}
+
+fn job() -> PodRef {
+    PodRef {
+        namespace: "ns".into(),
+        name: "job".into(),
+    }
+}
+
+/// Answers `gpu-west/job` with two lines, after recording what it was asked.
+fn remote(asked: Arc<std::sync::Mutex<Vec<(String, String, LogOptions)>>>) -> ProviderLogs {
+    Arc::new(move |provider: &str, instance: &str, opts: LogOptions| {
+        asked
+            .lock()
+            .unwrap()
+            .push((provider.to_owned(), instance.to_owned(), opts));
+        let known = instance == "gpu-west/job";
+        Box::pin(async move {
+            if !known {
+                return Err("pods \"job\" not found".to_owned());
+            }
+            let lines = [Bytes::from_static(b"one\n"), Bytes::from_static(b"two\n")];
+            Ok(Some(futures::stream::iter(lines).boxed()))
+        })
+    })
+}
+
+/// Why a source refuses the log of `ns/job`'s `container`.
+trait Refusal {
+    async fn refusal(&self, container: &str) -> LogError;
+}
+
+impl Refusal for CallbackLogSource {
+    async fn refusal(&self, container: &str) -> LogError {
+        match self.logs(&job(), container, LogOptions::default()).await {
+            Err(e) => e,
+            Ok(_) => panic!("a log for {container}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_pod_the_runner_does_not_run_reads_its_log_from_its_provider() {
+    let asked = Arc::default();
+    let s = source(
+        "kube",
+        Some("gpu-west/job"),
+        Some(remote(Arc::clone(&asked))),
+    );
+    let opts = LogOptions {
+        follow: true,
+        tail_lines: Some(5),
+        ..LogOptions::default()
+    };
+    let stream = s.logs(&job(), "main", opts).await.unwrap();
+    let text: Vec<Bytes> = stream.collect().await;
+    assert_eq!(text.concat(), b"one\ntwo\n");
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(
+        asked,
+        [("kube".to_owned(), "gpu-west/job".to_owned(), opts)]
+    );
+}
+
+#[tokio::test]
+async fn without_a_provider_log_api_or_an_instance_there_is_no_log_and_failures_are_named() {
+    let asked = Arc::default();
+    // A cloud without a log API (no reader), and a Pod not rented yet (no instance).
+    let e = source("runpod", Some("i-1"), None).refusal("main").await;
+    assert_eq!(
+        e,
+        LogError::NoLogApi {
+            provider: "runpod".into()
+        }
+    );
+    let e = source("kube", None, Some(remote(Arc::clone(&asked))))
+        .refusal("main")
+        .await;
+    assert!(matches!(e, LogError::NoLogApi { .. }), "{e}");
+    // The provider answers that it has no log API.
+    let none: ProviderLogs =
+        Arc::new(|_: &str, _: &str, _: LogOptions| Box::pin(async { Ok(None) }));
+    let e = source("lambda", Some("i-2"), Some(none))
+        .refusal("main")
+        .await;
+    assert_eq!(
+        e,
+        LogError::NoLogApi {
+            provider: "lambda".into()
+        }
+    );
+    // The provider fails: a 500 naming the Pod and the reason.
+    let e = source("kube", Some("gpu-west/gone"), Some(remote(asked)))
+        .refusal("main")
+        .await;
+    assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(e.to_string().contains("not found"), "{e}");
+    // A container the Pod does not have is refused before any provider is asked.
+    let e = source("kube", Some("gpu-west/job"), None)
+        .refusal("sidecar")
+        .await;
+    assert!(matches!(e, LogError::ContainerNotFound { .. }), "{e}");
+}
