@@ -8,22 +8,27 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, ServiceAccount};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use neocloud_broker::{Catalog, CatalogConfig};
 use neocloud_core::ProviderId;
 use neocloud_kube_target::{KubeTarget, KubeconfigSource, RemoteCluster};
+use neocloud_node::callback::{LogOptions, TlsMaterial};
+use neocloud_node::kubelet::{
+    KubeAccessReview, KubeletConfig, KubeletServer, LogError, LogSource, PodRef,
+};
 use neocloud_node::naming::ClusterId;
 use neocloud_node::sweeper::{Sweeper, SweeperConfig};
 use neocloud_providers::Provider;
-use neocloud_testenv::{ControlPlane, Options};
+use neocloud_testenv::{ControlPlane, Options, TestContext};
 use serde_json::json;
 
 mod support;
 use neocloud_node::crd::BurstPolicy;
 use support::world::{World, phase, providers};
-use support::{exit_code, policy_loaded, wait_policy};
+use support::{exit_code, free_port, policy_loaded, wait_policy};
 
 const PRODUCT: &str = "NVIDIA-A100-SXM4-80GB";
 const REMOTE_NS: &str = "burst";
@@ -486,4 +491,170 @@ fn query() -> neocloud_core::OfferQuery {
         gpu_count: 1,
         ..Default::default()
     }
+}
+
+/// The remote node's kubelet for logs: `neocloud-remote`'s kubelet API server (the one the node
+/// serves itself) with a log source that answers fixed lines and records what it was asked.
+#[derive(Default)]
+struct RemoteKubeletLogs {
+    asked: std::sync::Mutex<Vec<(String, LogOptions)>>,
+}
+
+#[async_trait::async_trait]
+impl LogSource for RemoteKubeletLogs {
+    async fn logs(
+        &self,
+        pod: &PodRef,
+        _container: &str,
+        opts: LogOptions,
+    ) -> Result<futures::stream::BoxStream<'static, bytes::Bytes>, LogError> {
+        self.asked.lock().unwrap().push((pod.name.clone(), opts));
+        let lines = [
+            bytes::Bytes::from_static(b"step 10 loss 1.25\n"),
+            bytes::Bytes::from_static(b"step 20 loss 0.75\n"),
+        ];
+        Ok(futures::stream::iter(lines).boxed())
+    }
+}
+
+/// `neocloud-node run` as installed, with `remoteClusters` in its config file (the kubeconfig
+/// from a file): a Pod runs on the remote cluster and `kubectl logs` of the local Pod reads the
+/// remote Pod's log, relayed by the node's kubelet API from the remote API server and kubelet.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_node_process_runs_a_pod_remotely_and_kubectl_logs_reads_the_remote_log() {
+    let ctx = TestContext::new("remote-logs").await;
+    let second = ControlPlane::start(Options::default()).await.unwrap();
+    let remote_client = second.client().await.unwrap();
+    remote_cluster(&remote_client).await;
+    let _kubelet_stand_in = finish_deletions(remote_client.clone());
+    // gpu-node-1's kubelet, where the remote API server sends the log request.
+    let source = Arc::new(RemoteKubeletLogs::default());
+    let mut config = KubeletConfig::new("gpu-node-1");
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.client_ca_pem = Some(second.ca_pem());
+    let tls = TlsMaterial::self_signed(&["gpu-node-1".into(), "127.0.0.1".into()]).unwrap();
+    let reviews = Arc::new(KubeAccessReview::new(remote_client.clone()));
+    let kubelet = KubeletServer::start(config, &tls, reviews, source.clone())
+        .await
+        .unwrap();
+    let endpoint = json!({"status": {
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet.local_addr().port()}}
+    }});
+    Api::<Node>::all(remote_client.clone())
+        .patch_status(
+            "gpu-node-1",
+            &PatchParams::default(),
+            &Patch::Merge(&endpoint),
+        )
+        .await
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let node = format!("neocloud-{}", ctx.namespace);
+    let yaml = format!(
+        "clusterId: rlogs\n\
+         node: {{name: {node}, leaseRenewSeconds: 1, kubeletPort: {kubelet}}}\n\
+         providers: [kube]\n\
+         installCrds: true\n\
+         metricsAddress: 127.0.0.1:{metrics}\n\
+         healthIntervalSeconds: 1\n\
+         leaderElection: {{namespace: {ns}, leaseDurationSeconds: 2, renewGraceSeconds: 1}}\n\
+         reconciler: {{pollIntervalMs: 300, runningPollIntervalMs: 300, retryIntervalMs: 1000}}\n\
+         kubeletApi: {{listenHost: 127.0.0.1}}\n\
+         remoteClusters:\n\
+         - {{name: gpu-west, namespace: {REMOTE_NS}, kubeconfig: {{path: {kubeconfig}}}, \
+             gpuPrices: {{{PRODUCT}: 0.5}}}}\n",
+        ns = ctx.namespace,
+        kubelet = free_port(),
+        metrics = free_port(),
+        kubeconfig = second.admin_kubeconfig().display(),
+    );
+    let config_path = dir.path().join("node.yaml");
+    std::fs::write(&config_path, yaml).unwrap();
+    let log_path = dir.path().join("node.log");
+    let _process = tokio::process::Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
+        .args(["run", "--config"])
+        .arg(&config_path)
+        .env("KUBECONFIG", ctx.control_plane.admin_kubeconfig())
+        .env("POD_NAMESPACE", &ctx.namespace)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let node_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+
+    let pods: Api<Pod> = ctx.namespaced();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "trainer", "annotations": {"cloud.aibrix.ai/gpu-type": "A100"}},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+            "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                "command": ["python", "train.py"],
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let remote: Api<Pod> = Api::namespaced(remote_client.clone(), REMOTE_NS);
+    let mut remote_name = None;
+    for _ in 0..600 {
+        let list = remote.list(&ListParams::default()).await.unwrap();
+        if let Some(p) = list
+            .items
+            .into_iter()
+            .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("gpu-node-1"))
+        {
+            remote_name = p.metadata.name;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let remote_name = remote_name.unwrap_or_else(|| panic!("no remote Pod\n{}", node_log()));
+    write_status(
+        &remote,
+        &remote_name,
+        json!({"phase": "Running", "podIP": "10.20.0.30",
+        "containerStatuses": [{"name": "workload", "ready": true, "restartCount": 0,
+            "image": "registry.invalid/cuda:12", "imageID": "",
+            "state": {"running": {"startedAt": chrono::Utc::now().to_rfc3339()}}}]}),
+    )
+    .await;
+    for _ in 0..600 {
+        let p = pods.get("trainer").await.unwrap();
+        if phase(&p) == Some("Running") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        phase(&pods.get("trainer").await.unwrap()),
+        Some("Running"),
+        "{}",
+        node_log()
+    );
+
+    // kubectl logs --tail=1 --timestamps, through the local API server and the node.
+    let params = LogParams {
+        tail_lines: Some(1),
+        timestamps: true,
+        ..LogParams::default()
+    };
+    let text = pods
+        .logs("trainer", &params)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", node_log()));
+    assert_eq!(text, "step 10 loss 1.25\nstep 20 loss 0.75\n");
+    let asked = source.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].0, remote_name);
+    assert_eq!(
+        (asked[0].1.tail_lines, asked[0].1.timestamps),
+        (Some(1), true)
+    );
+    second.stop();
 }
