@@ -70,11 +70,16 @@ pub fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// The namespace and name a Secret reference (`name` or `namespace/name`) names; a bare name is
+/// in `own_namespace`.
+pub fn split_secret_ref<'a>(secret: &'a str, own_namespace: &'a str) -> (&'a str, &'a str) {
+    secret.split_once('/').unwrap_or((own_namespace, secret))
+}
+
 impl KubeconfigSource {
     /// The Secret's namespace (defaulting to `own_namespace`), name and key.
     pub fn secret_ref<'a>(&'a self, own_namespace: &'a str) -> Option<(&'a str, &'a str, &'a str)> {
-        let secret = self.secret.as_deref()?;
-        let (namespace, name) = secret.split_once('/').unwrap_or((own_namespace, secret));
+        let (namespace, name) = split_secret_ref(self.secret.as_deref()?, own_namespace);
         Some((namespace, name, self.key.as_deref().unwrap_or("kubeconfig")))
     }
 }

@@ -10,20 +10,20 @@
 //! their running Pods.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client};
+use kube::Client;
 use neocloud_core::{FailureClass, ProviderId};
 use neocloud_providers::{Operation, ProviderError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::{
-    ConfigError, KubeconfigSource, RemoteCluster, is_dns_label, is_secret_ref, validate_prices,
+    ConfigError, KubeconfigSource, RemoteCluster, is_dns_label, is_secret_ref, split_secret_ref,
+    validate_prices,
 };
-use crate::target::{KubeTarget, client_from_kubeconfig};
+use crate::target::{KubeTarget, client_from_kubeconfig, secret_text};
 
 /// The `nvke:` section of the node's configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,25 +166,6 @@ fn failure(class: FailureClass, message: impl std::fmt::Display) -> ProviderErro
     )
 }
 
-/// The value at `key` of Secret `namespace/name` as text.
-async fn secret_text(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    key: &str,
-) -> Result<String, String> {
-    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
-        .get(name)
-        .await
-        .map_err(|e| format!("cannot read Secret {namespace}/{name}: {e}"))?;
-    let value = secret
-        .data
-        .and_then(|mut d| d.remove(key))
-        .ok_or_else(|| format!("Secret {namespace}/{name} has no key {key:?}"))?;
-    String::from_utf8(value.0)
-        .map_err(|_| format!("key {key:?} of Secret {namespace}/{name} is not text"))
-}
-
 /// One listing: the clusters, or why they could not be listed.
 async fn list(
     http: &reqwest::Client,
@@ -227,7 +208,8 @@ async fn list(
 
 /// What one round of discovery does, given what earlier rounds found.
 struct Discovery {
-    target: Arc<KubeTarget>,
+    /// Weak, so that dropping the provider drops it (and its `Drop` stops this task).
+    target: Weak<KubeTarget>,
     cfg: NvkeDiscovery,
     local: Client,
     own_namespace: String,
@@ -237,12 +219,8 @@ struct Discovery {
 }
 
 impl Discovery {
-    async fn round(&mut self) -> Result<(), ProviderError> {
-        let (token_ns, token_name) = self
-            .cfg
-            .token_secret
-            .split_once('/')
-            .unwrap_or((self.own_namespace.as_str(), self.cfg.token_secret.as_str()));
+    async fn round(&mut self, target: &KubeTarget) -> Result<(), ProviderError> {
+        let (token_ns, token_name) = split_secret_ref(&self.cfg.token_secret, &self.own_namespace);
         let token = secret_text(&self.local, token_ns, token_name, &self.cfg.token_key)
             .await
             .map_err(|e| failure(FailureClass::Auth, format!("no token: {e}")))?;
@@ -254,7 +232,7 @@ impl Discovery {
             .collect();
         for id in &ready {
             if self.found.contains(*id) {
-                self.target.set_offering(id, true);
+                target.set_offering(id, true);
                 continue;
             }
             if !is_dns_label(id) {
@@ -293,12 +271,12 @@ impl Discovery {
                 gpu_prices: self.cfg.gpu_prices.clone(),
                 surcharge_per_hour: self.cfg.surcharge_per_hour,
             };
-            self.target.add_cluster(cluster, client);
+            target.add_cluster(cluster, client);
             self.found.insert((*id).to_owned());
         }
         for id in &self.found {
             if !ready.contains(id.as_str()) {
-                self.target.set_offering(id, false);
+                target.set_offering(id, false);
             }
         }
         Ok(())
@@ -320,26 +298,22 @@ pub fn discover(
         .unwrap_or_default();
     let interval = Duration::from_secs(cfg.interval_seconds.max(1));
     let mut discovery = Discovery {
-        target: Arc::clone(target),
+        target: Arc::downgrade(target),
         cfg,
         local,
         own_namespace,
         http,
         found: BTreeSet::new(),
     };
-    // The task ends once it holds the provider's last reference (the node dropped it).
-    let weak = Arc::downgrade(target);
     let task = tokio::spawn(async move {
-        loop {
-            let outcome = discovery.round().await;
+        while let Some(target) = discovery.target.upgrade() {
+            let outcome = discovery.round(&target).await;
             match &outcome {
                 Ok(()) => tracing::debug!("NVKE discovery listed the workload clusters"),
                 Err(e) => tracing::warn!(error = %e, "NVKE discovery failed"),
             }
-            *discovery.target.discovery.lock() = outcome.err();
-            if weak.strong_count() <= 1 {
-                return;
-            }
+            *target.discovery.lock() = outcome.err();
+            drop(target);
             tokio::time::sleep(interval).await;
         }
     });

@@ -3,8 +3,8 @@
 //! rental is one Pod (and the Secret its environment travels in) in the cluster's namespace,
 //! named by the external name, so creating twice finds the first.
 //!
-//! Not for reading kubeconfig Secrets of the node's own cluster: the caller passes a client per
-//! cluster (see [`client_from_kubeconfig`]).
+//! The caller passes a client per cluster; [`secret_text`] and [`client_from_kubeconfig`] build
+//! one from a kubeconfig in a Secret of the node's own cluster.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +49,25 @@ pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client, String> {
         .await
         .map_err(|e| format!("unusable kubeconfig: {e}"))?;
     Client::try_from(config).map_err(|e| format!("cannot build a client from the kubeconfig: {e}"))
+}
+
+/// The value at `key` of Secret `namespace/name` as text.
+pub async fn secret_text(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<String, String> {
+    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .map_err(|e| format!("cannot read Secret {namespace}/{name}: {e}"))?;
+    let value = secret
+        .data
+        .and_then(|mut d| d.remove(key))
+        .ok_or_else(|| format!("Secret {namespace}/{name} has no key {key:?}"))?;
+    String::from_utf8(value.0)
+        .map_err(|_| format!("key {key:?} of Secret {namespace}/{name} is not text"))
 }
 
 /// One remote cluster: its configuration, client, caches and whether its API answers.

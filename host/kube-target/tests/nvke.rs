@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use neocloud_cloudsim::NvkeSim;
 use neocloud_core::{FailureClass, OfferQuery};
 use neocloud_kube_target::{KubeTarget, NvkeDiscovery, discover};
 use neocloud_providers::Provider;
 use neocloud_testenv::TestContext;
+use neocloud_testenv::nodes::ready_node;
 use serde_json::json;
 
 const PRODUCT: &str = "NVIDIA-H200";
@@ -35,21 +36,9 @@ async fn secret(client: &Client, namespace: &str, name: &str, key: &str, value: 
 }
 
 async fn h200_node(client: &Client, name: &str) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": PRODUCT}},
-    }))
-    .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
-    let now = chrono::Utc::now().to_rfc3339();
-    let capacity = json!({"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"});
-    let status = json!({"status": {"capacity": capacity, "allocatable": capacity,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-            "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
-    nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap();
+    let labels = json!({"nvidia.com/gpu.product": PRODUCT});
+    let allocatable = json!({"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"});
+    ready_node(client, name, labels, allocatable).await.unwrap();
 }
 
 async fn eventually<F, Fut>(what: &str, mut check: F)

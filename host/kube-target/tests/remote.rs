@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use neocloud_core::{
     FailureClass, GpuModel, InstancePhase, Offer, OfferCapacity, OfferQuery, ProviderId,
@@ -22,6 +22,7 @@ use neocloud_remote::kubelet::{
 };
 use neocloud_remote::tls::TlsMaterial;
 use neocloud_testenv::TestContext;
+use neocloud_testenv::nodes::ready_node;
 use serde_json::json;
 use std::sync::Arc;
 
@@ -48,28 +49,14 @@ async fn gpu_node(client: &Client, name: &str, product: &str, gpus: u32) {
 
 /// [`gpu_node`] that holds at most `pods` Pods, whatever its GPUs.
 async fn gpu_node_holding(client: &Client, name: &str, product: &str, gpus: u32, pods: u32) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {
-            "nvidia.com/gpu.product": product,
-            "nvidia.com/gpu.memory": "81920",
-            "nvidia.com/gpu.count": gpus.to_string(),
-        }},
-    }))
-    .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
-    let now = chrono::Utc::now().to_rfc3339();
-    let capacity = json!({"nvidia.com/gpu": gpus.to_string(), "cpu": "64", "memory": "512Gi", "pods": pods.to_string()});
-    let status = json!({"status": {
-        "capacity": capacity,
-        "allocatable": capacity,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-            "lastHeartbeatTime": now, "lastTransitionTime": now}],
-    }});
-    nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap();
+    let labels = json!({
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.memory": "81920",
+        "nvidia.com/gpu.count": gpus.to_string(),
+    });
+    let allocatable = json!({"nvidia.com/gpu": gpus.to_string(), "cpu": "64",
+        "memory": "512Gi", "pods": pods.to_string()});
+    ready_node(client, name, labels, allocatable).await.unwrap();
 }
 
 fn request(external_name: &str, offer: &Offer) -> CreateRequest {

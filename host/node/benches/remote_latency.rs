@@ -20,13 +20,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::PostParams;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use neocloud_broker::{Catalog, CatalogConfig};
 use neocloud_kube_target::{KubeTarget, KubeconfigSource, RemoteCluster};
 use neocloud_providers::Provider;
+use neocloud_testenv::nodes::ready_node;
 use neocloud_testenv::{ControlPlane, Options};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -54,20 +55,11 @@ async fn prepare_remote(client: &Client) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let nodes: Api<Node> = Api::all(client.clone());
-    let now = chrono::Utc::now().to_rfc3339();
     for i in 0..80 {
-        let name = format!("gpu-{i:02}");
-        let node: Node = serde_json::from_value(json!({"metadata": {"name": name,
-            "labels": {"nvidia.com/gpu.product": PRODUCT, "nvidia.com/gpu.memory": "81920"}}}))
-        .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-        let capacity = json!({"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti", "pods": "110"});
-        let status = json!({"status": {"capacity": capacity, "allocatable": capacity,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
-        nodes
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        let labels = json!({"nvidia.com/gpu.product": PRODUCT, "nvidia.com/gpu.memory": "81920"});
+        let allocatable =
+            json!({"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti", "pods": "110"});
+        ready_node(client, &format!("gpu-{i:02}"), labels, allocatable)
             .await
             .unwrap();
     }

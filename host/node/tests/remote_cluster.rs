@@ -22,6 +22,7 @@ use neocloud_node::kubelet::{
 use neocloud_node::naming::ClusterId;
 use neocloud_node::sweeper::{Sweeper, SweeperConfig};
 use neocloud_providers::Provider;
+use neocloud_testenv::nodes::ready_node;
 use neocloud_testenv::{ControlPlane, Options, TestContext};
 use serde_json::json;
 
@@ -56,24 +57,11 @@ async fn remote_cluster(client: &Client) {
 }
 
 async fn gpu_node(client: &Client, name: &str, pods: u32) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {
-            "nvidia.com/gpu.product": PRODUCT, "nvidia.com/gpu.memory": "81920",
-            "nvidia.com/gpu.count": "1"}},
-    }))
-    .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
-    let now = chrono::Utc::now().to_rfc3339();
-    let capacity =
+    let labels = json!({"nvidia.com/gpu.product": PRODUCT, "nvidia.com/gpu.memory": "81920",
+        "nvidia.com/gpu.count": "1"});
+    let allocatable =
         json!({"nvidia.com/gpu": "1", "cpu": "64", "memory": "512Gi", "pods": pods.to_string()});
-    let status = json!({"status": {"capacity": capacity, "allocatable": capacity,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-            "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
-    nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap();
+    ready_node(client, name, labels, allocatable).await.unwrap();
 }
 
 /// The remote GPU nodes without a taint.

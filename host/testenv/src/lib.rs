@@ -34,6 +34,7 @@ mod components;
 mod context;
 mod control_plane;
 mod kubeconfig;
+pub mod nodes;
 pub mod otelcol;
 mod pki;
 mod process;

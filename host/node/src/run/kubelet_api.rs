@@ -168,15 +168,9 @@ fn provider_logs(reconciler: Arc<Reconciler>) -> ProviderLogs {
             };
             let request = LogRequest {
                 follow: opts.follow,
-                tail_lines: opts
-                    .tail_lines
-                    .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
-                limit_bytes: opts
-                    .limit_bytes
-                    .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
-                since_seconds: opts
-                    .since_seconds
-                    .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+                tail_lines: opts.tail_lines.map(saturating_i64),
+                limit_bytes: opts.limit_bytes.map(saturating_i64),
+                since_seconds: opts.since_seconds.map(saturating_i64),
                 timestamps: opts.timestamps,
             };
             let stream = provider
@@ -195,6 +189,11 @@ fn provider_logs(reconciler: Arc<Reconciler>) -> ProviderLogs {
             }))
         })
     })
+}
+
+/// `n` as the API's `i64`, the largest one for anything larger.
+fn saturating_i64(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
 }
 
 /// Every Pod on the node with its placement, from the reconciler's caches.

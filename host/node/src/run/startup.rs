@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client};
+use kube::Client;
 use neocloud_core::ProviderId;
+use neocloud_kube_target::target::secret_text;
 use neocloud_kube_target::{KubeTarget, client_from_kubeconfig, discover};
 use neocloud_providers::{
     FakeProvider, LambdaProvider, Provider, RunpodProvider, VastConfig, VastProvider,
@@ -55,23 +55,9 @@ pub async fn remote_clusters(cfg: &RunConfig, client: &Client) -> anyhow::Result
         let yaml = match (&source.path, source.secret_ref(&own_namespace)) {
             (Some(path), _) => std::fs::read_to_string(path)
                 .with_context(|| format!("{at}.path: cannot read {}", path.display()))?,
-            (None, Some((namespace, name, key))) => {
-                let secret = Api::<Secret>::namespaced(client.clone(), namespace)
-                    .get(name)
-                    .await
-                    .with_context(|| {
-                        format!("{at}.secret: cannot read Secret {namespace}/{name}")
-                    })?;
-                let value = secret
-                    .data
-                    .and_then(|mut d| d.remove(key))
-                    .with_context(|| {
-                        format!("{at}: Secret {namespace}/{name} has no key {key:?}")
-                    })?;
-                String::from_utf8(value.0).with_context(|| {
-                    format!("{at}: key {key:?} of Secret {namespace}/{name} is not text")
-                })?
-            }
+            (None, Some((namespace, name, key))) => secret_text(client, namespace, name, key)
+                .await
+                .map_err(|e| anyhow::anyhow!("{at}.secret: {e}"))?,
             (None, None) => anyhow::bail!("{at}: give a secret or a path"),
         };
         let remote = client_from_kubeconfig(&yaml)
