@@ -1,9 +1,9 @@
-# Shared by build-registry.sh and build-otelcol.sh (sourced, not run): builds one Go tool from
-# its wrapper module under hack/testenv/<dir> with the Go module proxy, into a cache outside the
-# repository keyed by the pinned version and a hash of `hashed` (the module's go.mod, go.sum and
-# whatever else shapes the binary). The caller sets:
+# Shared by build-registry.sh, build-otelcol.sh and build-kwok.sh (sourced, not run): builds one
+# Go tool from its wrapper module under hack/testenv/<dir> with the Go module proxy, into a cache
+# outside the repository keyed by the pinned version and a hash of `hashed` (the module's go.mod,
+# go.sum and whatever else shapes the binary). The caller sets:
 #
-#   name     the binary, and the cache directory's prefix (registry, otelcol)
+#   name     the binary, and the cache directory's prefix (registry, otelcol, kwok)
 #   module   the wrapper module's directory
 #   pin      the module whose pinned version names the cache (github.com/.../v3)
 #   hashed   the files whose hash keys the cache

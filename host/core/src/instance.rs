@@ -116,4 +116,15 @@ impl InstanceState {
         self.phase == InstancePhase::Stopped
             && (self.interruptible || self.provider_status.eq_ignore_ascii_case("preempted"))
     }
+
+    /// Whether the provider refused the instance for capacity after it was created: a remote
+    /// cluster's Pod its scheduler finds no node for ([`UNSCHEDULABLE`]). Nothing runs; the
+    /// rental failed as a refusal at creation does.
+    pub fn refused_capacity(&self) -> bool {
+        self.phase == InstancePhase::Pending && self.provider_status == UNSCHEDULABLE
+    }
 }
+
+/// The provider status of an instance its provider's scheduler cannot place (the reason a
+/// Kubernetes scheduler gives a Pod that no node fits).
+pub const UNSCHEDULABLE: &str = "Unschedulable";

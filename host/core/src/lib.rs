@@ -18,7 +18,7 @@ pub mod workload;
 pub use attempt::{Attempt, AttemptOutcome, FallbackAction};
 pub use failure::FailureClass;
 pub use gpu::GpuModel;
-pub use instance::{Endpoint, InstancePhase, InstanceState};
+pub use instance::{Endpoint, InstancePhase, InstanceState, UNSCHEDULABLE};
 pub use offer::{Offer, OfferCapacity, OfferQuery};
 pub use pricing::PriceDecision;
 pub use provider_id::ProviderId;

@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use neocloud_core::{GpuModel, InstancePhase, InstanceState, PortProtocol, ProviderId};
+use neocloud_core::{
+    GpuModel, InstancePhase, InstanceState, PortProtocol, ProviderId, UNSCHEDULABLE,
+};
 use neocloud_providers::CreateRequest;
 
 use crate::capacity::{GPU_RESOURCE, MEMORY_LABEL, PRODUCT_LABEL, pod_gpus};
@@ -250,12 +252,12 @@ fn classify(pod: &Pod) -> (InstancePhase, String, Option<String>) {
                 .find(|c| {
                     c.type_ == "PodScheduled"
                         && c.status == "False"
-                        && c.reason.as_deref() == Some("Unschedulable")
+                        && c.reason.as_deref() == Some(UNSCHEDULABLE)
                 });
             if let Some(c) = unschedulable {
                 return (
                     InstancePhase::Pending,
-                    "Unschedulable".to_owned(),
+                    UNSCHEDULABLE.to_owned(),
                     c.message.clone(),
                 );
             }
@@ -330,6 +332,43 @@ pub fn instance_state(cluster: &str, pod: &Pod) -> InstanceState {
         interruptible: false,
         exit_code: code,
     }
+}
+
+/// What a rental's Secret left without its Pod reads as: an instance named by the Pod it was for
+/// (`<cluster>/<pod>`), stopped, costing nothing, so the sweeper deletes it (with the Secret)
+/// when no binding names it. A crash between creating the Secret and the Pod leaves one.
+pub fn orphan_secret_state(cluster: &str, pod_name: &str, secret: &Secret) -> InstanceState {
+    InstanceState {
+        provider: ProviderId::Kube,
+        id: format!("{cluster}/{pod_name}"),
+        external_name: pod_name.to_owned(),
+        phase: InstancePhase::Stopped,
+        provider_status: ORPHAN_SECRET.to_owned(),
+        message: Some(format!(
+            "Secret {} holds the environment of a remote Pod that does not exist",
+            secret.metadata.name.as_deref().unwrap_or_default()
+        )),
+        gpu: GpuModel::from_provider("unknown", None),
+        gpu_count: 0,
+        price_per_hour: 0.0,
+        region: cluster.to_owned(),
+        endpoints: Vec::new(),
+        public_ip: None,
+        created_at: secret.metadata.creation_timestamp.as_ref().and_then(|t| {
+            let nanos = u32::try_from(t.0.subsec_nanosecond()).unwrap_or(0);
+            DateTime::<Utc>::from_timestamp(t.0.as_second(), nanos)
+        }),
+        interruptible: false,
+        exit_code: None,
+    }
+}
+
+/// The provider status of a rental's Secret whose Pod does not exist.
+pub const ORPHAN_SECRET: &str = "SecretWithoutPod";
+
+/// The Pod a rental's Secret is for: `<pod>` of `<pod>-env`.
+pub fn secret_pod(secret_name: &str) -> Option<&str> {
+    secret_name.strip_suffix("-env").filter(|p| !p.is_empty())
 }
 
 /// The cluster and Pod name an instance id names.

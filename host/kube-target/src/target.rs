@@ -30,8 +30,8 @@ use crate::capacity::{NodeGpus, free_gpus};
 use crate::config::RemoteCluster;
 use crate::offers::{largest_free_by_product, offers, parse_offer_id};
 use crate::pod::{
-    CONTAINER, MANAGED_BY, env_secret, instance_state, owned_by, parse_instance_id, remote_pod,
-    secret_name,
+    CONTAINER, MANAGED_BY, env_secret, instance_state, orphan_secret_state, owned_by,
+    parse_instance_id, remote_pod, secret_name, secret_pod,
 };
 
 /// How long a call waits for a cluster's first listing of Nodes and Pods before it treats the
@@ -284,7 +284,7 @@ impl KubeTarget {
         let started = tokio::time::Instant::now();
         loop {
             let state = instance_state(name, &pod);
-            if state.provider_status == "Unschedulable" {
+            if state.refused_capacity() {
                 let pods = cluster.pods();
                 let _ = pods
                     .delete(subject, &DeleteParams::default().grace_period(0))
@@ -567,34 +567,49 @@ impl Provider for KubeTarget {
         let mut out = Vec::new();
         for cluster in &self.snapshot() {
             let name = cluster.config.name.as_str();
-            let mut params = ListParams::default().labels(&selector).limit(500);
-            loop {
-                let page = cluster
+            let pods = list_all(&cluster.pods(), &selector)
+                .await
+                .map_err(|e| classify(name, op, &e))?;
+            out.extend(
+                pods.iter()
+                    .filter(|p| {
+                        p.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with(prefix))
+                    })
+                    .map(|p| instance_state(name, p)),
+            );
+            // Listed after the Pods: a Secret whose Pod was created meanwhile is checked by name.
+            let secrets = list_all(&cluster.secrets(), &selector)
+                .await
+                .map_err(|e| classify(name, op, &e))?;
+            for secret in &secrets {
+                let Some(pod) = secret.metadata.name.as_deref().and_then(secret_pod) else {
+                    continue;
+                };
+                let listed = out
+                    .iter()
+                    .any(|i| i.region == name && i.external_name == pod);
+                if !pod.starts_with(prefix) || listed {
+                    continue;
+                }
+                let exists = cluster
                     .pods()
-                    .list(&params)
+                    .get_opt(pod)
                     .await
-                    .map_err(|e| classify(name, op, &e))?;
-                out.extend(
-                    page.items
-                        .iter()
-                        .filter(|p| {
-                            p.metadata
-                                .name
-                                .as_deref()
-                                .is_some_and(|n| n.starts_with(prefix))
-                        })
-                        .map(|p| instance_state(name, p)),
-                );
-                match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                    Some(token) => params = params.continue_token(&token),
-                    None => break,
+                    .map_err(|e| classify(name, op, &e))?
+                    .is_some();
+                if !exists {
+                    out.push(orphan_secret_state(name, pod, secret));
                 }
             }
         }
         Ok(out)
     }
 
-    /// Deletes the remote Pod with its own grace period, and its Secret. Gone already is success.
+    /// Deletes the remote Pod with its own grace period, and its Secret (alone, for an orphan
+    /// Secret's instance). Gone already is success.
     async fn delete(&self, id: &str) -> Result<(), ProviderError> {
         let op = Operation::Delete;
         let (cluster, pod) = self.instance(id, op)?;
@@ -695,6 +710,23 @@ impl Provider for KubeTarget {
         match first_error {
             Some(e) if healthy == 0 => Err(e),
             _ => Ok(()),
+        }
+    }
+}
+
+/// Every object `api` lists under the label `selector`, across pages.
+async fn list_all<K>(api: &kube::Api<K>, selector: &str) -> Result<Vec<K>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = ListParams::default().labels(selector).limit(500);
+    let mut all = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        all.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(all),
         }
     }
 }

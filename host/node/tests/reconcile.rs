@@ -3,7 +3,8 @@
 //! failure falls back to another provider with both attempts recorded; no offer under the max
 //! price leaves the Pod Pending with nothing rented; an unsupported Pod (or one whose CEL
 //! annotation mixes int and double) is refused by field; a
-//! force-deleted Pod's instance is released; a restarted reconciler adopts what it rented.
+//! force-deleted Pod's instance is released; a restarted reconciler adopts what it rented; a
+//! rental refused for capacity after its create returned is deleted and placed again.
 
 use std::time::Duration;
 
@@ -11,12 +12,15 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::DeleteParams;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
+use neocloud_broker::{Catalog, CatalogConfig};
 use neocloud_cloudsim::{FaultKind, FaultRule};
+use neocloud_core::InstanceState;
 use neocloud_node::crd::{AttemptOutcome, BindingPhase};
+use neocloud_providers::{CreateRequest, Provider, ProviderError};
 use serde_json::json;
 
 mod support;
-use support::world::{World, phase, reason, running};
+use support::world::{World, phase, providers, reason, running};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn on_each_provider_a_pod_runs_and_deleting_it_terminates_the_instance_and_billing() {
@@ -659,4 +663,124 @@ async fn wait_for_new_instance(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("{name} never ran on an instance other than {seen:?}");
+}
+
+/// A provider whose scheduler decides late: its first rental reads as refused for capacity
+/// (`Unschedulable`, as a remote cluster's Pod no node fits once its create has returned) until
+/// it is deleted; everything else is the RunPod simulator's adapter.
+#[derive(Debug)]
+struct LateRefusal {
+    inner: std::sync::Arc<dyn Provider>,
+    refused: std::sync::Mutex<Option<String>>,
+    deleted: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Provider for LateRefusal {
+    fn id(&self) -> neocloud_core::ProviderId {
+        self.inner.id()
+    }
+    async fn list_offers(
+        &self,
+        query: &neocloud_core::OfferQuery,
+    ) -> Result<Vec<neocloud_core::Offer>, ProviderError> {
+        self.inner.list_offers(query).await
+    }
+    async fn create(&self, request: &CreateRequest) -> Result<InstanceState, ProviderError> {
+        let created = self.inner.create(request).await?;
+        let mut refused = self.refused.lock().unwrap();
+        if refused.is_none() && self.deleted.lock().unwrap().is_empty() {
+            *refused = Some(created.id.clone());
+        }
+        Ok(created)
+    }
+    async fn get(&self, id: &str) -> Result<Option<InstanceState>, ProviderError> {
+        let state = self.inner.get(id).await?;
+        let refused = self.refused.lock().unwrap().as_deref() == Some(id);
+        Ok(state.map(|mut s| {
+            if refused {
+                s.phase = neocloud_core::InstancePhase::Pending;
+                s.provider_status = neocloud_core::UNSCHEDULABLE.to_owned();
+                s.message = Some("0/3 nodes are available: 3 Insufficient nvidia.com/gpu".into());
+            }
+            s
+        }))
+    }
+    async fn find_by_name(&self, name: &str) -> Result<Option<InstanceState>, ProviderError> {
+        self.inner.find_by_name(name).await
+    }
+    async fn list_ours(&self, prefix: &str) -> Result<Vec<InstanceState>, ProviderError> {
+        self.inner.list_ours(prefix).await
+    }
+    async fn delete(&self, id: &str) -> Result<(), ProviderError> {
+        self.inner.delete(id).await?;
+        self.deleted.lock().unwrap().push(id.to_owned());
+        let mut refused = self.refused.lock().unwrap();
+        if refused.as_deref() == Some(id) {
+            *refused = None;
+        }
+        Ok(())
+    }
+    async fn health(&self) -> Result<(), ProviderError> {
+        self.inner.health().await
+    }
+}
+
+/// A rental its provider refuses for capacity after the create returned (a remote cluster's
+/// scheduler deciding late) is not waited on for ever: the instance is deleted, its attempt
+/// records the capacity failure, and the Pod is placed again and runs, with nothing leaked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rental_refused_for_capacity_after_it_returned_is_deleted_and_placed_again() {
+    let mut world = World::new("rec-late-refusal").await;
+    let late = std::sync::Arc::new(LateRefusal {
+        inner: providers(&world.sims).remove(0),
+        refused: std::sync::Mutex::new(None),
+        deleted: std::sync::Mutex::new(Vec::new()),
+    });
+    world.renter.catalog = Catalog::new(
+        vec![late.clone() as std::sync::Arc<dyn Provider>],
+        CatalogConfig {
+            ttl: Duration::from_millis(200),
+            fetch_timeout: Duration::from_secs(10),
+        },
+    );
+    world.kill().await;
+    world.start();
+    world
+        .create_pod(
+            "late",
+            json!({"cloud.aibrix.ai/providers": "runpod", "cloud.aibrix.ai/gpu-type": "A40"}),
+        )
+        .await;
+    world.wait_pod("late", "Running", running).await;
+    let status = world.binding("late").await.status.unwrap();
+    let first = &status.attempts[0];
+    assert_eq!(
+        (first.outcome, first.failure_class.as_deref()),
+        (AttemptOutcome::Failed, Some("capacity")),
+        "{:#?}",
+        status.attempts
+    );
+    let said = first.message.clone().unwrap_or_default();
+    assert!(
+        said.contains("was refused: Unschedulable: 0/3 nodes"),
+        "{said}"
+    );
+    assert_eq!(
+        status.attempts.last().unwrap().outcome,
+        AttemptOutcome::Created
+    );
+    let deleted = late.deleted.lock().unwrap().clone();
+    assert_eq!(deleted.len(), 1, "the refused instance, once: {deleted:?}");
+    assert_ne!(status.instance_id.as_deref(), Some(deleted[0].as_str()));
+    let events = world.events("late").await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "Capacity" && m.contains("trying the next offer")),
+        "{events:?}"
+    );
+    let ledger = world.sims.ledger();
+    assert_eq!(ledger.live().len(), 1, "{:?}", ledger.live());
+    assert!(ledger.duplicate_live_names().is_empty());
 }

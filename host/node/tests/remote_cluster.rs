@@ -1,29 +1,25 @@
 //! Another Kubernetes cluster as a burst target, end to end: the reconciler on the test binary's
 //! control plane rents through the `kube` provider on a second, real control plane (with its own
-//! scheduler and controller manager) beside the cloud simulators. The remote cluster's GPU node
-//! is a Node object with `nvidia.com/gpu` allocatable and GPU feature discovery labels; no
-//! kubelet runs for it, so the test writes the remote Pods' status where a kubelet would, and
-//! completes their deletion as a kubelet does once their containers are gone.
+//! scheduler and controller manager) beside the cloud simulators. KWOK plays the remote cluster's
+//! kubelets: its GPU nodes carry `nvidia.com/gpu` and GPU feature discovery labels, their Pods go
+//! Running once the remote scheduler binds them, end with the exit code a test writes on them,
+//! and serve their logs through the remote API server.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
+use futures::{AsyncBufReadExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, ServiceAccount};
 use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use neocloud_broker::{Catalog, CatalogConfig};
 use neocloud_core::ProviderId;
 use neocloud_kube_target::{KubeTarget, KubeconfigSource, RemoteCluster};
-use neocloud_node::callback::{LogOptions, TlsMaterial};
-use neocloud_node::kubelet::{
-    KubeAccessReview, KubeletConfig, KubeletServer, LogError, LogSource, PodRef,
-};
 use neocloud_node::naming::ClusterId;
 use neocloud_node::sweeper::{Sweeper, SweeperConfig};
 use neocloud_providers::Provider;
-use neocloud_testenv::nodes::ready_node;
-use neocloud_testenv::{ControlPlane, Options, TestContext};
+use neocloud_testenv::kwok::{EXIT_CODE_ANNOTATION, MISSING_IMAGE, fake_gpu_node};
+use neocloud_testenv::{ControlPlane, Kwok, Options, TestContext};
 use serde_json::json;
 
 mod support;
@@ -35,8 +31,11 @@ const PRODUCT: &str = "NVIDIA-A100-SXM4-80GB";
 const REMOTE_NS: &str = "burst";
 const SECRET_VALUE: &str = "tok_remote_never_in_a_spec_51c9";
 
-/// The remote cluster: a namespace with its default ServiceAccount, and one GPU node.
-async fn remote_cluster(client: &Client) {
+/// The remote cluster on `second`: a namespace with its default ServiceAccount, and two GPU
+/// nodes whose kubelets KWOK plays.
+async fn remote_cluster(second: &ControlPlane) -> (Client, Kwok) {
+    let client = second.client().await.unwrap();
+    let kwok = Kwok::start(second).await.unwrap_or_else(|e| panic!("{e}"));
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": REMOTE_NS}})).unwrap();
     namespaces
@@ -52,8 +51,18 @@ async fn remote_cluster(client: &Client) {
     }
     // gpu-node-1 runs one Pod; gpu-node-2's GPU shows free but it takes no Pod, so a rental
     // that only it could hold is refused by the remote scheduler.
-    gpu_node(client, "gpu-node-1", 110).await;
-    gpu_node(client, "gpu-node-2", 0).await;
+    gpu_node(&client, "gpu-node-1", 110).await;
+    gpu_node(&client, "gpu-node-2", 0).await;
+    // The remote control plane's node lifecycle controller taints new nodes until it has seen
+    // them Ready: a settled cluster has both untainted.
+    for _ in 0..600 {
+        if remote_free_nodes(&client).await == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(remote_free_nodes(&client).await, 2, "{}", kwok.log_tail(40));
+    (client, kwok)
 }
 
 async fn gpu_node(client: &Client, name: &str, pods: u32) {
@@ -61,7 +70,9 @@ async fn gpu_node(client: &Client, name: &str, pods: u32) {
         "nvidia.com/gpu.count": "1"});
     let allocatable =
         json!({"nvidia.com/gpu": "1", "cpu": "64", "memory": "512Gi", "pods": pods.to_string()});
-    ready_node(client, name, labels, allocatable).await.unwrap();
+    fake_gpu_node(client, name, labels, allocatable)
+        .await
+        .unwrap();
 }
 
 /// The remote GPU nodes without a taint.
@@ -81,34 +92,24 @@ async fn remote_free_nodes(client: &Client) -> usize {
         .count()
 }
 
-/// What the remote cluster's kubelet would do on deletion: once a Pod is marked for deletion,
-/// its containers are gone, so the Pod object goes.
-fn finish_deletions(client: Client) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let pods: Api<Pod> = Api::namespaced(client, REMOTE_NS);
-        loop {
-            if let Ok(list) = pods.list(&ListParams::default()).await {
-                for p in list.items {
-                    if p.metadata.deletion_timestamp.is_some() {
-                        let name = p.metadata.name.unwrap_or_default();
-                        let _ = pods
-                            .delete(&name, &DeleteParams::default().grace_period(0))
-                            .await;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
+/// The workload of remote Pod `name` exits with `code`: KWOK ends its container so.
+async fn exit(remote: &Api<Pod>, name: &str, code: i32) {
+    let patch = json!({"metadata": {"annotations": {EXIT_CODE_ANNOTATION: code.to_string()}}});
+    remote
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
 }
 
 /// A local GPU Pod wanting an A100, with a value from a local Secret in its environment.
 async fn create_pod(world: &World, name: &str, restart: &str) {
+    let annotations = json!({"cloud.aibrix.ai/gpu-type": "A100"});
     create_annotated(
         world,
         name,
         restart,
-        json!({"cloud.aibrix.ai/gpu-type": "A100"}),
+        annotations,
+        "registry.invalid/cuda:12",
     )
     .await;
 }
@@ -118,6 +119,7 @@ async fn create_annotated(
     name: &str,
     restart: &str,
     annotations: serde_json::Value,
+    image: &str,
 ) {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "annotations": annotations},
@@ -125,7 +127,7 @@ async fn create_annotated(
             "nodeName": world.node,
             "restartPolicy": restart,
             "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
-            "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+            "containers": [{"name": "main", "image": image,
                 "command": ["python", "train.py"],
                 "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}}],
                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
@@ -157,30 +159,12 @@ async fn remote_pod(world: &World, remote: &Api<Pod>, local: &str) -> Pod {
     );
 }
 
-async fn write_status(remote: &Api<Pod>, name: &str, status: serde_json::Value) {
-    remote
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": status})),
-        )
-        .await
-        .unwrap();
-}
-
-fn terminated(code: i32) -> serde_json::Value {
-    json!([{"name": "workload", "ready": false, "restartCount": 0, "image": "registry.invalid/cuda:12",
-        "imageID": "", "state": {"terminated": {"exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" }}}}])
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a_cloud_when_it_is_full()
  {
     let mut world = World::new("remote-cluster").await;
     let second = ControlPlane::start(Options::default()).await.unwrap();
-    let remote_client = second.client().await.unwrap();
-    remote_cluster(&remote_client).await;
-    let _kubelet = finish_deletions(remote_client.clone());
+    let (remote_client, _kwok) = remote_cluster(&second).await;
     let secrets: Api<Secret> = world.ctx.namespaced();
     let creds: Secret = serde_json::from_value(
         json!({"metadata": {"name": "creds"}, "stringData": {"token": SECRET_VALUE}}),
@@ -204,13 +188,10 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
         surcharge_per_hour: 0.0,
     };
     let kube = Arc::new(KubeTarget::start(vec![(cluster, remote_client.clone())]));
-    // The remote control plane's node lifecycle controller taints new nodes until it has seen
-    // them Ready: wait for both GPUs to be offered, as a settled remote cluster offers them.
+    // The provider's watches have seen the settled cluster once its GPUs are offered.
     for _ in 0..600 {
         let offers = kube.list_offers(&query()).await.unwrap_or_default();
-        if offers.iter().any(|o| o.id.ends_with(PRODUCT))
-            && remote_free_nodes(&remote_client).await == 2
-        {
+        if offers.iter().any(|o| o.id.ends_with(PRODUCT)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -249,7 +230,14 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
     .await;
     let annotations =
         json!({"cloud.aibrix.ai/gpu-type": "A100", "cloud.aibrix.ai/policy": "cloud-first"});
-    create_annotated(&world, "job-0", "Never", annotations).await;
+    create_annotated(
+        &world,
+        "job-0",
+        "Never",
+        annotations,
+        "registry.invalid/cuda:12",
+    )
+    .await;
     world
         .wait_pod("job-0", "Running", |p| phase(p) == Some("Running"))
         .await;
@@ -275,17 +263,18 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
     let a_name = a.metadata.name.clone().unwrap();
     let spec = serde_json::to_string(&a.spec).unwrap();
     assert!(!spec.contains(SECRET_VALUE), "{spec}");
-    write_status(
-        &remote,
-        &a_name,
-        json!({"phase": "Running", "podIP": "10.20.0.9"}),
-    )
-    .await;
     let running = world
         .wait_pod("job-a", "Running", |p| phase(p) == Some("Running"))
         .await;
-    let pod_ip = running.status.as_ref().and_then(|s| s.pod_ip.as_deref());
-    assert_eq!(pod_ip, Some("10.20.0.9"));
+    let pod_ip = running.status.as_ref().and_then(|s| s.pod_ip.clone());
+    let remote_ip = remote.get(&a_name).await.unwrap().status.unwrap().pod_ip;
+    assert!(
+        remote_ip
+            .as_deref()
+            .is_some_and(|ip| ip.starts_with("10.20.")),
+        "{remote_ip:?}"
+    );
+    assert_eq!(pod_ip, remote_ip, "the local Pod has the remote Pod's IP");
     let binding = world.binding("job-a").await;
     let status = binding.status.clone().unwrap();
     assert_eq!(status.provider.as_deref(), Some("kube"));
@@ -319,12 +308,7 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
     );
 
     // The remote Pod ends with 0: the local Pod Succeeded, the remote Pod and Secret are gone.
-    write_status(
-        &remote,
-        &a_name,
-        json!({"phase": "Succeeded", "containerStatuses": terminated(0)}),
-    )
-    .await;
+    exit(&remote, &a_name, 0).await;
     let done = world
         .wait_pod("job-a", "Succeeded", |p| phase(p) == Some("Succeeded"))
         .await;
@@ -349,12 +333,10 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
     create_pod(&world, "job-c", "Never").await;
     let c = remote_pod(&world, &remote, "job-c").await;
     let c_name = c.metadata.name.clone().unwrap();
-    write_status(
-        &remote,
-        &c_name,
-        json!({"phase": "Failed", "containerStatuses": terminated(3)}),
-    )
-    .await;
+    world
+        .wait_pod("job-c", "Running", |p| phase(p) == Some("Running"))
+        .await;
+    exit(&remote, &c_name, 3).await;
     let failed = world
         .wait_pod("job-c", "Failed", |p| phase(p) == Some("Failed"))
         .await;
@@ -364,12 +346,6 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
     create_pod(&world, "job-d", "Never").await;
     let d = remote_pod(&world, &remote, "job-d").await;
     let d_name = d.metadata.name.clone().unwrap();
-    write_status(
-        &remote,
-        &d_name,
-        json!({"phase": "Running", "podIP": "10.20.0.10"}),
-    )
-    .await;
     world
         .wait_pod("job-d", "Running", |p| phase(p) == Some("Running"))
         .await;
@@ -388,18 +364,37 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
             .is_none()
     );
 
+    // An image the remote node cannot pull: the local Pod waits, saying so in the remote's words.
+    let annotations = json!({"cloud.aibrix.ai/gpu-type": "A100"});
+    create_annotated(&world, "job-p", "Never", annotations, MISSING_IMAGE).await;
+    let pending = world
+        .wait_pod("job-p", "waiting on ErrImagePull", |p| {
+            let message = p.status.as_ref().and_then(|s| s.message.as_deref());
+            message.is_some_and(|m| m.contains("ErrImagePull"))
+        })
+        .await;
+    assert_eq!(phase(&pending), Some("Pending"));
+    let said = pending.status.unwrap().message.unwrap();
+    assert!(said.contains(&format!("\"{MISSING_IMAGE}\": ")), "{said}");
+    let binding = world.binding("job-p").await.status.unwrap();
+    let recorded = binding.message.unwrap_or_default();
+    assert!(
+        recorded.contains("ErrImagePull: failed to pull"),
+        "{recorded}"
+    );
+    world
+        .pods()
+        .delete("job-p", &DeleteParams::default())
+        .await
+        .unwrap();
+    world.wait_gone("job-p").await;
+
     // The node killed mid-rental and started again adopts the remote Pod it made.
     create_pod(&world, "job-e", "Never").await;
     let e = remote_pod(&world, &remote, "job-e").await;
     let e_name = e.metadata.name.clone().unwrap();
     world.kill().await;
     world.start();
-    write_status(
-        &remote,
-        &e_name,
-        json!({"phase": "Running", "podIP": "10.20.0.11"}),
-    )
-    .await;
     world
         .wait_pod("job-e", "Running", |p| phase(p) == Some("Running"))
         .await;
@@ -431,6 +426,18 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
     }))
     .unwrap();
     remote.create(&PostParams::default(), &left).await.unwrap();
+    // And the Secret of a rental whose node died before it created the Pod.
+    let lone = ClusterId::new("test").unwrap().external_name("orphan-0002");
+    let lone_secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": format!("{lone}-env"),
+            "labels": {"app.kubernetes.io/managed-by": "neocloud-node"}},
+        "stringData": {"env-0": SECRET_VALUE}
+    }))
+    .unwrap();
+    remote_secrets
+        .create(&PostParams::default(), &lone_secret)
+        .await
+        .unwrap();
     let sweeper = Sweeper::new(
         world.ctx.client.clone(),
         vec![Arc::clone(&kube_provider)],
@@ -441,12 +448,13 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
         },
     );
     let report = sweeper.sweep_once().await.unwrap();
-    let deleted: Vec<&str> = report
+    let mut deleted: Vec<&str> = report
         .deleted
         .iter()
         .map(|d| d.external_name.as_str())
         .collect();
-    assert_eq!(deleted, [orphan.as_str()], "{report:?}");
+    deleted.sort_unstable();
+    assert_eq!(deleted, [orphan.as_str(), lone.as_str()], "{report:?}");
     assert!(
         report.kept_bound.iter().any(|k| k.external_name == e_name),
         "{report:?}"
@@ -458,6 +466,17 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(remote.get_opt(&orphan).await.unwrap().is_none());
+    let lone_left = remote_secrets
+        .get_opt(&format!("{lone}-env"))
+        .await
+        .unwrap();
+    assert!(lone_left.is_none(), "the orphan Secret is swept");
+    // job-e's Secret, whose Pod lives, is not.
+    let kept = remote_secrets
+        .get_opt(&format!("{e_name}-env"))
+        .await
+        .unwrap();
+    assert!(kept.is_some());
 
     // The remote API gone: the Pod running there stays Running, and new Pods go to a cloud.
     second.stop();
@@ -481,61 +500,19 @@ fn query() -> neocloud_core::OfferQuery {
     }
 }
 
-/// The remote node's kubelet for logs: `neocloud-remote`'s kubelet API server (the one the node
-/// serves itself) with a log source that answers fixed lines and records what it was asked.
-#[derive(Default)]
-struct RemoteKubeletLogs {
-    asked: std::sync::Mutex<Vec<(String, LogOptions)>>,
-}
-
-#[async_trait::async_trait]
-impl LogSource for RemoteKubeletLogs {
-    async fn logs(
-        &self,
-        pod: &PodRef,
-        _container: &str,
-        opts: LogOptions,
-    ) -> Result<futures::stream::BoxStream<'static, bytes::Bytes>, LogError> {
-        self.asked.lock().unwrap().push((pod.name.clone(), opts));
-        let lines = [
-            bytes::Bytes::from_static(b"step 10 loss 1.25\n"),
-            bytes::Bytes::from_static(b"step 20 loss 0.75\n"),
-        ];
-        Ok(futures::stream::iter(lines).boxed())
-    }
-}
-
 /// `neocloud-node run` as installed, with `remoteClusters` in its config file (the kubeconfig
-/// from a file): a Pod runs on the remote cluster and `kubectl logs` of the local Pod reads the
-/// remote Pod's log, relayed by the node's kubelet API from the remote API server and kubelet.
+/// from a file): a Pod runs on the remote cluster, and `kubectl logs` of the local Pod reads the
+/// remote Pod's log (tail and timestamps, then following it as lines are written), relayed by the
+/// node's kubelet API from the remote API server and the remote node's kubelet (KWOK's server,
+/// reading the container log file as a kubelet does).
 #[tokio::test(flavor = "multi_thread")]
-async fn the_node_process_runs_a_pod_remotely_and_kubectl_logs_reads_the_remote_log() {
+async fn the_node_process_runs_a_pod_remotely_and_kubectl_logs_follows_the_remote_log() {
     let ctx = TestContext::new("remote-logs").await;
     let second = ControlPlane::start(Options::default()).await.unwrap();
-    let remote_client = second.client().await.unwrap();
-    remote_cluster(&remote_client).await;
-    let _kubelet_stand_in = finish_deletions(remote_client.clone());
-    // gpu-node-1's kubelet, where the remote API server sends the log request.
-    let source = Arc::new(RemoteKubeletLogs::default());
-    let mut config = KubeletConfig::new("gpu-node-1");
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    config.client_ca_pem = Some(second.ca_pem());
-    let tls = TlsMaterial::self_signed(&["gpu-node-1".into(), "127.0.0.1".into()]).unwrap();
-    let reviews = Arc::new(KubeAccessReview::new(remote_client.clone()));
-    let kubelet = KubeletServer::start(config, &tls, reviews, source.clone())
-        .await
+    let (remote_client, kwok) = remote_cluster(&second).await;
+    kwok.write_log("2026-12-04T10:00:00.000000001Z", "step 10 loss 1.25")
         .unwrap();
-    let endpoint = json!({"status": {
-        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet.local_addr().port()}}
-    }});
-    Api::<Node>::all(remote_client.clone())
-        .patch_status(
-            "gpu-node-1",
-            &PatchParams::default(),
-            &Patch::Merge(&endpoint),
-        )
-        .await
+    kwok.write_log("2026-12-04T10:00:05.000000001Z", "step 20 loss 0.75")
         .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
@@ -603,15 +580,6 @@ async fn the_node_process_runs_a_pod_remotely_and_kubectl_logs_reads_the_remote_
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let remote_name = remote_name.unwrap_or_else(|| panic!("no remote Pod\n{}", node_log()));
-    write_status(
-        &remote,
-        &remote_name,
-        json!({"phase": "Running", "podIP": "10.20.0.30",
-        "containerStatuses": [{"name": "workload", "ready": true, "restartCount": 0,
-            "image": "registry.invalid/cuda:12", "imageID": "",
-            "state": {"running": {"startedAt": chrono::Utc::now().to_rfc3339()}}}]}),
-    )
-    .await;
     for _ in 0..600 {
         let p = pods.get("trainer").await.unwrap();
         if phase(&p) == Some("Running") {
@@ -635,14 +603,32 @@ async fn the_node_process_runs_a_pod_remotely_and_kubectl_logs_reads_the_remote_
     let text = pods
         .logs("trainer", &params)
         .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", node_log()));
-    assert_eq!(text, "step 10 loss 1.25\nstep 20 loss 0.75\n");
-    let asked = source.asked.lock().unwrap().clone();
-    assert_eq!(asked.len(), 1, "{asked:?}");
-    assert_eq!(asked[0].0, remote_name);
-    assert_eq!(
-        (asked[0].1.tail_lines, asked[0].1.timestamps),
-        (Some(1), true)
-    );
+        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", node_log(), kwok.log_tail(20)));
+    assert_eq!(text, "2026-12-04T10:00:05.000000001Z step 20 loss 0.75\n");
+    let direct = remote.logs(&remote_name, &params).await.unwrap();
+    assert_eq!(text, direct, "the relayed log is the remote Pod's");
+
+    // kubectl logs -f: both lines, then a line the workload writes later, as it is written.
+    let follow = LogParams {
+        follow: true,
+        ..LogParams::default()
+    };
+    let mut lines = pods
+        .log_stream("trainer", &follow)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", node_log()))
+        .lines();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(30), lines.next())
+            .await
+            .expect("a followed line within 30 s")
+            .expect("the stream stays open")
+            .unwrap()
+    };
+    assert_eq!(next().await, "step 10 loss 1.25");
+    assert_eq!(next().await, "step 20 loss 0.75");
+    kwok.write_log("2026-12-04T10:00:10.000000001Z", "step 30 loss 0.5")
+        .unwrap();
+    assert_eq!(next().await, "step 30 loss 0.5");
     second.stop();
 }

@@ -18,9 +18,14 @@
 //! traces and metrics out to JSON-lines files), for tests that export telemetry and read what
 //! arrived.
 //!
+//! [`Kwok`] runs KWOK's controller against a control plane as the kubelets of its fake GPU nodes
+//! (the remote clusters of the `kube` provider's tests): nodes Ready, Pods Running, exit codes and
+//! image pull errors on request, deletions completed, container logs served.
+//!
 //! The binaries are built from the Go module proxy by `hack/testenv/build.sh`,
-//! `hack/testenv/build-registry.sh` and `hack/testenv/build-otelcol.sh` (`make testenv`); this
-//! crate never builds them. It is for tests and local runs, not for production clusters.
+//! `hack/testenv/build-registry.sh`, `hack/testenv/build-otelcol.sh` and
+//! `hack/testenv/build-kwok.sh` (`make testenv`); this crate never builds them. It is for tests
+//! and local runs, not for production clusters.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -34,6 +39,7 @@ mod components;
 mod context;
 mod control_plane;
 mod kubeconfig;
+pub mod kwok;
 pub mod nodes;
 pub mod otelcol;
 mod pki;
@@ -48,6 +54,7 @@ pub use binaries::{BINARIES, locate as locate_binaries};
 pub use components::KUBELET_CLIENT_USER;
 pub use context::{TestContext, shared};
 pub use control_plane::{ControlPlane, Options};
+pub use kwok::Kwok;
 pub use otelcol::Collector;
 pub use pki::{CertPair, Pki};
 pub use registry::Registry;
@@ -82,6 +89,15 @@ pub enum Error {
          (hack/testenv/build-otelcol.sh) or set NEOCLOUD_OTELCOL_BIN"
     )]
     MissingCollector {
+        /// The path searched.
+        path: PathBuf,
+    },
+    /// The kwok binary has not been built.
+    #[error(
+        "kwok binary missing at {path}; build it with `make testenv` (hack/testenv/build-kwok.sh) \
+         or set NEOCLOUD_KWOK_BIN"
+    )]
+    MissingKwok {
         /// The path searched.
         path: PathBuf,
     },

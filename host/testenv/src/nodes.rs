@@ -15,18 +15,32 @@ pub async fn ready_node(
     labels: Value,
     allocatable: Value,
 ) -> Result<Node, kube::Error> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))
-        .map_err(kube::Error::SerdeError)?;
-    nodes.create(&PostParams::default(), &node).await?;
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let status = json!({"status": {
+    let status = json!({
         "capacity": allocatable,
         "allocatable": allocatable,
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
             "lastHeartbeatTime": now, "lastTransitionTime": now}],
-    }});
+    });
+    create_with_status(client, json!({"name": name, "labels": labels}), status).await
+}
+
+/// Creates the Node `metadata` describes, then merges `status` into its status.
+pub(crate) async fn create_with_status(
+    client: &Client,
+    metadata: Value,
+    status: Value,
+) -> Result<Node, kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node =
+        serde_json::from_value(json!({"metadata": metadata})).map_err(kube::Error::SerdeError)?;
+    let created = nodes.create(&PostParams::default(), &node).await?;
+    let name = created.metadata.name.unwrap_or_default();
     nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
         .await
 }

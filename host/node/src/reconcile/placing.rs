@@ -17,7 +17,7 @@ use tracing::Instrument as _;
 
 use super::attempts::{attempted_providers, class_reason, ended_over_budget, from_record};
 use super::pod_status::DesiredPod;
-use super::pods::describe;
+use super::pods::{describe, provider_said};
 use super::recorder::{BindingRecorder, write_status};
 use super::release::binding_key;
 use super::rented::rented_note;
@@ -306,7 +306,7 @@ impl Reconciler {
     ) -> Result<Action, Error> {
         status.phase = BindingPhase::Provisioning;
         status.reason = Some("Provisioning".into());
-        status.message = Some(format!("{} is {}", describe(i), i.provider_status));
+        status.message = Some(format!("{} is {}", describe(i), provider_said(i)));
         status.provider = Some(i.provider.as_str().to_owned());
         status.instance_id = Some(i.id.clone());
         status.gpu = Some(format!("{}x {}", i.gpu_count, i.gpu.name()));

@@ -15,7 +15,7 @@ use neocloud_core::{
     FailureClass, InstancePhase, InstanceState, ProviderId, WorkloadSpec, translate_pod,
 };
 
-use super::attempts::{count_failed, rfc3339};
+use super::attempts::{class_reason, count_failed, rfc3339};
 use super::pod_status::{Container, DesiredPod, apply_body, is_current};
 use super::recorder::write_status;
 use super::release::{Ending, Release, binding_key};
@@ -396,13 +396,16 @@ impl Reconciler {
                 self.set_pod(pod, &want).await?;
                 return Ok(Action::requeue(self.cfg.running_poll_interval));
             }
+            Some(i) if i.refused_capacity() => {
+                return self.refused(pod, &b, status, i).await;
+            }
             Some(i)
                 if matches!(
                     i.phase,
                     InstancePhase::Pending | InstancePhase::Starting | InstancePhase::Unknown
                 ) =>
             {
-                let message = format!("waiting for {} ({})", describe(i), i.provider_status);
+                let message = format!("waiting for {} ({})", describe(i), provider_said(i));
                 self.set_pod(pod, &DesiredPod::pending("Provisioning", message))
                     .await?;
                 return Ok(Action::requeue(self.cfg.poll_interval));
@@ -536,12 +539,70 @@ impl Reconciler {
         &self,
         pod: &Pod,
         b: &CloudPodBinding,
-        mut status: CloudPodBindingStatus,
+        status: CloudPodBindingStatus,
         class: FailureClass,
         message: String,
     ) -> Result<Action, Error> {
-        if !self.delete_instances(b).await?.is_empty() {
+        let note = format!("{message}; renting a replacement (restartPolicy is not Never)");
+        let Some(status) = self
+            .retire(b, status, class, &message, "Replacing", &note)
+            .await?
+        else {
             return Ok(Action::requeue(self.cfg.release_poll));
+        };
+        self.event(pod, true, "Replacing", note.clone()).await;
+        let mut want = DesiredPod::pending("Replacing", note);
+        if class == FailureClass::Preempted {
+            let times = count_failed(&status, &["preempted"]);
+            want = want.preempted(format!("reclaimed {times} time(s); the last: {message}"));
+        }
+        self.set_pod(pod, &want).await?;
+        Ok(Action::requeue(Duration::from_millis(100)))
+    }
+
+    /// The provider refused the instance for capacity after creating it (a remote cluster's
+    /// scheduler found no node for its Pod once the rental had returned): nothing ran, so the
+    /// rental failed as a refusal at creation does. The instance is deleted and confirmed gone,
+    /// its attempt records the capacity failure, and the ladder is walked again (a remote
+    /// cluster still refusing is then passed over within the creation's wait).
+    async fn refused(
+        &self,
+        pod: &Pod,
+        b: &CloudPodBinding,
+        status: CloudPodBindingStatus,
+        i: &InstanceState,
+    ) -> Result<Action, Error> {
+        let message = format!("{} was refused: {}", describe(i), provider_said(i));
+        let reason = class_reason(FailureClass::Capacity);
+        let note = format!("{message}; trying the next offer");
+        let class = FailureClass::Capacity;
+        if self
+            .retire(b, status, class, &message, &reason, &note)
+            .await?
+            .is_none()
+        {
+            return Ok(Action::requeue(self.cfg.release_poll));
+        }
+        self.event(pod, true, &reason, note.clone()).await;
+        self.set_pod(pod, &DesiredPod::pending(&reason, note))
+            .await?;
+        Ok(Action::requeue(Duration::from_millis(100)))
+    }
+
+    /// Deletes the binding's instance, stops its cost, and records its attempt as failed with
+    /// `class` and `message`: the binding is Pending with nothing rented (`reason`, `note`),
+    /// ready to be placed again. `None` while the instance is still being deleted.
+    async fn retire(
+        &self,
+        b: &CloudPodBinding,
+        mut status: CloudPodBindingStatus,
+        class: FailureClass,
+        message: &str,
+        reason: &str,
+        note: &str,
+    ) -> Result<Option<CloudPodBindingStatus>, Error> {
+        if !self.delete_instances(b).await?.is_empty() {
+            return Ok(None);
         }
         let key = binding_key(b);
         self.renter.budget.release(&key);
@@ -554,7 +615,7 @@ impl Reconciler {
         {
             a.outcome = AttemptOutcome::Failed;
             a.failure_class = Some(class.label().to_owned());
-            a.message = Some(message.clone());
+            a.message = Some(message.to_owned());
             a.finished_at = Some(rfc3339(Utc::now()));
         }
         status.provider = None;
@@ -563,18 +624,10 @@ impl Reconciler {
         status.gpu = None;
         status.price_per_hour = None;
         status.phase = BindingPhase::Pending;
-        status.reason = Some("Replacing".to_owned());
-        let note = format!("{message}; renting a replacement (restartPolicy is not Never)");
-        status.message = Some(note.clone());
+        status.reason = Some(reason.to_owned());
+        status.message = Some(note.to_owned());
         write_status(&self.client, b, &status).await?;
-        self.event(pod, true, "Replacing", note.clone()).await;
-        let mut want = DesiredPod::pending("Replacing", note);
-        if class == FailureClass::Preempted {
-            let times = count_failed(&status, &["preempted"]);
-            want = want.preempted(format!("reclaimed {times} time(s); the last: {message}"));
-        }
-        self.set_pod(pod, &want).await?;
-        Ok(Action::requeue(Duration::from_millis(100)))
+        Ok(Some(status))
     }
 
     /// Ends the binding as Failed: releases whatever it rented, then fails the Pod.
@@ -705,6 +758,15 @@ pub(super) fn describe(i: &InstanceState) -> String {
         i.price_per_hour,
         i.region
     )
+}
+
+/// The provider's status of an instance, with its own words where it gives them:
+/// `ErrImagePull: failed to pull ...`, or `loading`.
+pub(super) fn provider_said(i: &InstanceState) -> String {
+    match i.message.as_deref() {
+        Some(said) if !said.is_empty() => format!("{}: {said}", i.provider_status),
+        _ => i.provider_status.clone(),
+    }
 }
 
 /// What the binding records of the workload.
