@@ -25,5 +25,5 @@ pub use provider_id::ProviderId;
 pub use translate::{PodRefused, Refusal, translate_pod};
 pub use workload::{
     CapacityType, EnvFromKind, EnvFromRef, EnvValue, EnvVar, GpuRequest, KeyRef, PortProtocol,
-    PortSpec, ProviderHints, RunpodCloudType, VastHints, WorkloadSpec,
+    PortSpec, ProviderHints, Resources, RunpodCloudType, VastHints, WorkloadSpec,
 };

@@ -4,6 +4,7 @@
 //! Secret and ConfigMap references stay unresolved here: the node resolves them just before
 //! renting, so this type never holds secret values.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,9 @@ pub struct WorkloadSpec {
     pub ports: Vec<PortSpec>,
     /// GPU count and acceptable models.
     pub gpu: GpuRequest,
+    /// The container's other resources (CPU, memory, ...), as the Pod asks for them.
+    #[serde(default, skip_serializing_if = "Resources::is_empty")]
+    pub resources: Resources,
     /// Container disk in GiB (`cloud.aibrix.ai/disk-gb`), if set.
     pub disk_gib: Option<u32>,
     /// On-demand, spot or either.
@@ -52,6 +56,26 @@ pub struct WorkloadSpec {
     pub policy: Option<String>,
     /// Provider-specific narrowing.
     pub hints: ProviderHints,
+}
+
+/// A container's requests and limits other than GPUs, by resource name, with each quantity as
+/// the Pod wrote it (`cpu: "8"`, `memory: 64Gi`). A cloud sizes its instance by the GPU; a
+/// remote cluster's Pod asks for these, so its scheduler fits it as the local one would have.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    /// `resources.requests`, GPUs left out.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, String>,
+    /// `resources.limits`, GPUs left out.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
+}
+
+impl Resources {
+    /// Whether the Pod asks for nothing but GPUs.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty() && self.limits.is_empty()
+    }
 }
 
 /// The GPUs a workload needs.

@@ -28,6 +28,9 @@ fn a_single_container_gpu_pod_becomes_a_workload() {
         c["args"] = json!(["train.py", "--epochs", "3"]);
         c["ports"] = json!([{"containerPort": 8080, "name": "http"}, {"containerPort": 9000, "protocol": "UDP"}]);
         c["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
+        c["resources"]["limits"]["memory"] = json!("96Gi");
+        c["resources"]["requests"] =
+            json!({"cpu": "7500m", "memory": "64Gi", "nvidia.com/gpu": "2"});
         p["spec"]["volumes"] = json!([{"name": "kube-api-access", "projected": {"sources": []}}, {"name": "scratch", "emptyDir": {}}]);
     });
     let w = translate_pod(&to_pod(pod)).unwrap();
@@ -35,6 +38,14 @@ fn a_single_container_gpu_pod_becomes_a_workload() {
     assert_eq!(w.command, vec!["python"]);
     assert_eq!(w.args, vec!["train.py", "--epochs", "3"]);
     assert_eq!(w.gpu.count, 2);
+    // The other resources as written, GPUs counted apart.
+    let pairs = |m: &std::collections::BTreeMap<String, String>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pairs(&w.resources.requests), ["cpu=7500m", "memory=64Gi"]);
+    assert_eq!(pairs(&w.resources.limits), ["memory=96Gi"]);
     assert_eq!(
         w.ports,
         vec![

@@ -84,8 +84,8 @@ pub fn owned_by(pod: &Pod) -> Option<OwnerReference> {
     })
 }
 
-/// The remote Pod for a rental of `product` GPUs: the local Pod's image, command, args, ports
-/// and GPUs, its environment by reference to [`env_secret`], pinned to nodes of that product,
+/// The remote Pod for a rental of `product` GPUs: the local Pod's image, command, args, ports,
+/// GPUs and other resources (CPU, memory: its scheduler fits the Pod as the local one would), its environment by reference to [`env_secret`], pinned to nodes of that product,
 /// never restarted (the local Pod's outcome is this Pod's), with no service account token.
 pub fn remote_pod(
     req: &CreateRequest,
@@ -170,8 +170,8 @@ pub fn remote_pod(
                 env: (!env.is_empty()).then_some(env),
                 ports: (!ports.is_empty()).then_some(ports),
                 resources: Some(ResourceRequirements {
-                    limits: Some(BTreeMap::from([(GPU_RESOURCE.to_owned(), gpus.clone())])),
-                    requests: Some(BTreeMap::from([(GPU_RESOURCE.to_owned(), gpus)])),
+                    limits: Some(with_gpus(&req.workload.resources.limits, &gpus)),
+                    requests: Some(with_gpus(&req.workload.resources.requests, &gpus)),
                     ..ResourceRequirements::default()
                 }),
                 ..Container::default()
@@ -180,6 +180,16 @@ pub fn remote_pod(
         }),
         status: None,
     }
+}
+
+/// The local container's requests or limits (GPUs left out) with the rental's GPUs.
+fn with_gpus(other: &BTreeMap<String, String>, gpus: &Quantity) -> BTreeMap<String, Quantity> {
+    let mut all: BTreeMap<String, Quantity> = other
+        .iter()
+        .map(|(k, v)| (k.clone(), Quantity(v.clone())))
+        .collect();
+    all.insert(GPU_RESOURCE.to_owned(), gpus.clone());
+    all
 }
 
 /// The workload container's exit code, once it terminated.
@@ -388,6 +398,10 @@ mod tests {
         workload.image = "ghcr.io/acme/train:1".into();
         workload.command = vec!["python".into()];
         workload.args = vec!["train.py".into(), "--epochs=3".into()];
+        workload.resources.requests = [("cpu", "16"), ("memory", "128Gi")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into();
+        workload.resources.limits = [("memory".to_owned(), "200Gi".to_owned())].into();
         CreateRequest {
             external_name: "nc-abc-0001".into(),
             offer: Offer {
@@ -438,10 +452,19 @@ mod tests {
             (key.name.as_str(), key.key.as_str()),
             ("nc-abc-0001-env", "env-0")
         );
+        let resources = c.resources.as_ref().unwrap();
+        let limits = resources.limits.as_ref().unwrap();
+        let requests = resources.requests.as_ref().unwrap();
         assert_eq!(
-            c.resources.as_ref().unwrap().limits.as_ref().unwrap()[GPU_RESOURCE].0,
-            "2"
+            (limits[GPU_RESOURCE].0.as_str(), limits["memory"].0.as_str()),
+            ("2", "200Gi"),
+            "the rental's GPUs, the local Pod's memory limit"
         );
+        assert_eq!(
+            (requests["cpu"].0.as_str(), requests["memory"].0.as_str()),
+            ("16", "128Gi")
+        );
+        assert_eq!(requests[GPU_RESOURCE].0, "2");
         let secret = env_secret(&req, "burst");
         assert_eq!(
             secret.string_data.as_ref().unwrap()["env-0"],

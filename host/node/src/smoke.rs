@@ -301,6 +301,7 @@ fn request(opts: &SmokeOptions, offer: &Offer) -> CreateRequest {
             count: opts.gpu_count,
             accepted: vec![offer.gpu.clone()],
         },
+        resources: Default::default(),
         disk_gib: opts.disk_gib,
         capacity_type: opts.capacity,
         regions: vec![],

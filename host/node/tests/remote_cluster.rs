@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use futures::{AsyncBufReadExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use neocloud_broker::{Catalog, CatalogConfig};
@@ -130,7 +131,8 @@ async fn create_annotated(
             "containers": [{"name": "main", "image": image,
                 "command": ["python", "train.py"],
                 "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}}],
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+                "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "32Gi"},
+                    "requests": {"cpu": "4", "memory": "16Gi"}}}]
         }
     }))
     .unwrap();
@@ -263,6 +265,30 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
     let a_name = a.metadata.name.clone().unwrap();
     let spec = serde_json::to_string(&a.spec).unwrap();
     assert!(!spec.contains(SECRET_VALUE), "{spec}");
+    let resources = a.spec.as_ref().unwrap().containers[0]
+        .resources
+        .clone()
+        .unwrap();
+    let quantity = |m: &Option<std::collections::BTreeMap<String, _>>, k: &str| {
+        m.as_ref()
+            .and_then(|m| m.get(k))
+            .map(|q: &Quantity| q.0.clone())
+    };
+    assert_eq!(
+        (
+            quantity(&resources.requests, "cpu"),
+            quantity(&resources.requests, "memory"),
+            quantity(&resources.limits, "memory"),
+            quantity(&resources.limits, "nvidia.com/gpu"),
+        ),
+        (
+            Some("4".into()),
+            Some("16Gi".into()),
+            Some("32Gi".into()),
+            Some("1".into())
+        ),
+        "the remote Pod asks for what the local one does"
+    );
     let running = world
         .wait_pod("job-a", "Running", |p| phase(p) == Some("Running"))
         .await;

@@ -109,6 +109,7 @@ impl Parsed {
                 count: c.gpu_count,
                 accepted: self.gpu_models,
             },
+            resources: c.resources,
             disk_gib: self.disk_gib,
             capacity_type: self.capacity_type,
             regions: self.regions,

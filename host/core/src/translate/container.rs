@@ -1,13 +1,18 @@
-//! The single container: image, command, env, ports and the GPU limit.
+//! The single container: image, command, env, ports, the GPU limit and its other resources.
 //!
 //! Not for annotations (see `annotations`) or Pod-level fields (see `pod_level`).
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvFromSource, EnvVar as K8sEnvVar, PodSpec,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::Refusal;
-use crate::workload::{EnvFromKind, EnvFromRef, EnvValue, EnvVar, KeyRef, PortProtocol, PortSpec};
+use crate::workload::{
+    EnvFromKind, EnvFromRef, EnvValue, EnvVar, KeyRef, PortProtocol, PortSpec, Resources,
+};
 
 /// The extended resource that counts GPUs.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
@@ -22,6 +27,7 @@ pub(super) struct ContainerParts {
     pub env_from: Vec<EnvFromRef>,
     pub ports: Vec<PortSpec>,
     pub gpu_count: u32,
+    pub resources: Resources,
 }
 
 pub(super) fn translate(spec: &PodSpec, out: &mut Vec<Refusal>) -> Option<ContainerParts> {
@@ -52,6 +58,7 @@ pub(super) fn translate(spec: &PodSpec, out: &mut Vec<Refusal>) -> Option<Contai
         env_from: env_from(c.env_from.as_deref().unwrap_or_default(), at, out),
         ports: ports(c.ports.as_deref().unwrap_or_default(), at, out),
         gpu_count: gpu_count(c, at, out).unwrap_or(0),
+        resources: other_resources(c),
     };
     Some(parts)
 }
@@ -82,6 +89,23 @@ fn check_security(c: &Container, at: &str, out: &mut Vec<Refusal>) {
             format!("{at}.volumeDevices"),
             "block devices are not supported",
         ));
+    }
+}
+
+/// The container's requests and limits without GPUs (the quantities were validated by the API
+/// server that stored the Pod).
+fn other_resources(c: &Container) -> Resources {
+    let without_gpus = |m: Option<&BTreeMap<String, Quantity>>| {
+        m.into_iter()
+            .flatten()
+            .filter(|(k, _)| k.as_str() != GPU_RESOURCE)
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect()
+    };
+    let r = c.resources.as_ref();
+    Resources {
+        requests: without_gpus(r.and_then(|r| r.requests.as_ref())),
+        limits: without_gpus(r.and_then(|r| r.limits.as_ref())),
     }
 }
 
