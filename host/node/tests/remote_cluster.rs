@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use neocloud_broker::{Catalog, CatalogConfig};
+use neocloud_cloudsim::NvkeSim;
 use neocloud_core::ProviderId;
 use neocloud_kube_target::{KubeTarget, KubeconfigSource, RemoteCluster};
 use neocloud_node::naming::ClusterId;
@@ -519,6 +520,78 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
     assert_eq!(e_binding.provider.as_deref(), Some("kube"));
 }
 
+/// `neocloud-node run` as installed, serving only the `kube` provider with `clusters` (the
+/// config's `remoteClusters:` or `nvke:` section), for the test's namespace; killed on drop.
+struct NodeProcess {
+    node: String,
+    log_path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    _child: tokio::process::Child,
+}
+
+impl NodeProcess {
+    fn start(ctx: &TestContext, cluster_id: &str, clusters: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let node = format!("neocloud-{}", ctx.namespace);
+        let yaml = format!(
+            "clusterId: {cluster_id}\n\
+             node: {{name: {node}, leaseRenewSeconds: 1, kubeletPort: {kubelet}}}\n\
+             providers: [kube]\n\
+             installCrds: true\n\
+             metricsAddress: 127.0.0.1:{metrics}\n\
+             healthIntervalSeconds: 1\n\
+             leaderElection: {{namespace: {ns}, leaseDurationSeconds: 2, renewGraceSeconds: 1}}\n\
+             reconciler: {{pollIntervalMs: 300, runningPollIntervalMs: 300, retryIntervalMs: 1000}}\n\
+             kubeletApi: {{listenHost: 127.0.0.1}}\n\
+             {clusters}",
+            ns = ctx.namespace,
+            kubelet = free_port(),
+            metrics = free_port(),
+        );
+        let config_path = dir.path().join("node.yaml");
+        std::fs::write(&config_path, yaml).unwrap();
+        let log_path = dir.path().join("node.log");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
+            .args(["run", "--config"])
+            .arg(&config_path)
+            .env("KUBECONFIG", ctx.control_plane.admin_kubeconfig())
+            .env("POD_NAMESPACE", &ctx.namespace)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        NodeProcess {
+            node,
+            log_path,
+            _dir: dir,
+            _child: child,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+/// A local Pod on `node` wanting one A100.
+async fn gpu_pod(pods: &Api<Pod>, node: &str, name: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": {"cloud.aibrix.ai/gpu-type": "A100"}},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+            "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                "command": ["python", "train.py"],
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+}
+
 fn query() -> neocloud_core::OfferQuery {
     neocloud_core::OfferQuery {
         gpu_count: 1,
@@ -541,56 +614,18 @@ async fn the_node_process_runs_a_pod_remotely_and_kubectl_logs_follows_the_remot
     kwok.write_log("2026-12-04T10:00:05.000000001Z", "step 20 loss 0.75")
         .unwrap();
 
-    let dir = tempfile::tempdir().unwrap();
-    let node = format!("neocloud-{}", ctx.namespace);
-    let yaml = format!(
-        "clusterId: rlogs\n\
-         node: {{name: {node}, leaseRenewSeconds: 1, kubeletPort: {kubelet}}}\n\
-         providers: [kube]\n\
-         installCrds: true\n\
-         metricsAddress: 127.0.0.1:{metrics}\n\
-         healthIntervalSeconds: 1\n\
-         leaderElection: {{namespace: {ns}, leaseDurationSeconds: 2, renewGraceSeconds: 1}}\n\
-         reconciler: {{pollIntervalMs: 300, runningPollIntervalMs: 300, retryIntervalMs: 1000}}\n\
-         kubeletApi: {{listenHost: 127.0.0.1}}\n\
-         remoteClusters:\n\
+    let clusters = format!(
+        "remoteClusters:\n\
          - {{name: gpu-west, namespace: {REMOTE_NS}, kubeconfig: {{path: {kubeconfig}}}, \
              gpuPrices: {{{PRODUCT}: 0.5}}}}\n",
-        ns = ctx.namespace,
-        kubelet = free_port(),
-        metrics = free_port(),
         kubeconfig = second.admin_kubeconfig().display(),
     );
-    let config_path = dir.path().join("node.yaml");
-    std::fs::write(&config_path, yaml).unwrap();
-    let log_path = dir.path().join("node.log");
-    let _process = tokio::process::Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
-        .args(["run", "--config"])
-        .arg(&config_path)
-        .env("KUBECONFIG", ctx.control_plane.admin_kubeconfig())
-        .env("POD_NAMESPACE", &ctx.namespace)
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let node_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let process = NodeProcess::start(&ctx, "rlogs", &clusters);
+    let node = process.node.clone();
+    let node_log = || process.log();
 
     let pods: Api<Pod> = ctx.namespaced();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "trainer", "annotations": {"cloud.aibrix.ai/gpu-type": "A100"}},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
-            "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
-                "command": ["python", "train.py"],
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
-        }
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    gpu_pod(&pods, &node, "trainer").await;
     let remote: Api<Pod> = Api::namespaced(remote_client.clone(), REMOTE_NS);
     let mut remote_name = None;
     for _ in 0..600 {
@@ -656,5 +691,96 @@ async fn the_node_process_runs_a_pod_remotely_and_kubectl_logs_follows_the_remot
     kwok.write_log("2026-12-04T10:00:10.000000001Z", "step 30 loss 0.5")
         .unwrap();
     assert_eq!(next().await, "step 30 loss 0.5");
+    second.stop();
+}
+
+/// `neocloud-node run` with NVKE discovery on: a workload cluster still provisioning receives
+/// nothing (the Pod waits), once provisioned it runs the Pod; a token the management plane
+/// refuses makes the node say so in its Ready condition, naming the status and never the token.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_node_process_sends_work_to_an_nvke_cluster_once_provisioned_and_reports_a_refused_token()
+ {
+    let ctx = TestContext::new("remote-nvke").await;
+    let second = ControlPlane::start(Options::default()).await.unwrap();
+    let (remote_client, _kwok) = remote_cluster(&second).await;
+    let sim = NvkeSim::start("jwt-one").await.unwrap();
+    sim.add_cluster("wc-gpu", "gpu-east", Duration::from_secs(8));
+    let secrets: Api<Secret> = ctx.namespaced();
+    let kubeconfig = std::fs::read_to_string(second.admin_kubeconfig()).unwrap();
+    for (name, key, value) in [
+        ("wc-gpu", "kubeconfig", kubeconfig.as_str()),
+        ("nvke-token", "token", "jwt-one"),
+    ] {
+        let secret: Secret =
+            serde_json::from_value(json!({"metadata": {"name": name}, "stringData": {key: value}}))
+                .unwrap();
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+    let nvke = format!(
+        "nvke: {{url: {url}, tokenSecret: nvke-token, namespace: {REMOTE_NS}, \
+         gpuPrices: {{{PRODUCT}: 0.9}}, intervalSeconds: 1}}\n",
+        url = sim.base_url(),
+    );
+    let process = NodeProcess::start(&ctx, "rnvke", &nvke);
+    let pods: Api<Pod> = ctx.namespaced();
+    let remote: Api<Pod> = Api::namespaced(remote_client.clone(), REMOTE_NS);
+    gpu_pod(&pods, &process.node, "early").await;
+
+    // Provisioning: nothing is offered, the Pod waits, nothing is created there.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let early = pods.get("early").await.unwrap();
+    assert_eq!(phase(&early), Some("Pending"), "{}", process.log());
+    assert!(
+        remote
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // Provisioned: the Pod runs there.
+    for _ in 0..600 {
+        if phase(&pods.get("early").await.unwrap()) == Some("Running") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let running = pods.get("early").await.unwrap();
+    assert_eq!(phase(&running), Some("Running"), "{}", process.log());
+    let there = remote.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(there.len(), 1, "one remote Pod on the discovered cluster");
+
+    // The management plane refuses the token: the node's Ready condition says why.
+    sim.set_token("jwt-two");
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let mut said = String::new();
+    for _ in 0..300 {
+        let node = nodes.get(&process.node).await.unwrap();
+        said = node
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .and_then(|c| c.message)
+            .unwrap_or_default();
+        if said.contains("NVKE discovery") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        said.contains("NVKE discovery") && said.contains("401"),
+        "{said}\n{}",
+        process.log()
+    );
+    assert!(!said.contains("jwt-"), "the token is never said: {said}");
+    assert!(!process.log().contains("jwt-one"), "nor logged");
+    // The Pod already running there is left alone.
+    assert_eq!(phase(&pods.get("early").await.unwrap()), Some("Running"));
     second.stop();
 }
