@@ -7,6 +7,7 @@
 //! - [`offers`]: those GPUs as priced offers;
 //! - [`pod`]: the remote Pod and Secret of a rental, and how a remote Pod reads as an instance;
 //! - [`target`]: the provider itself, with the watches that keep its offers current;
+//! - `session`: `kubectl exec` and `port-forward` of a remote Pod, relayed as runner frames;
 //! - [`nvke`]: discovery of the workload clusters an NVKE management plane provisions.
 //!
 //! Not for the node's own cluster.
@@ -16,6 +17,7 @@ pub mod config;
 pub mod nvke;
 pub mod offers;
 pub mod pod;
+mod session;
 pub mod target;
 
 pub use config::{ConfigError, KubeconfigSource, RemoteCluster};

@@ -20,8 +20,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use kube::{Api, Client};
 use neocloud_core::{FailureClass, InstanceState, Offer, OfferQuery, ProviderId};
+use neocloud_protocol::session::SessionRequest;
 use neocloud_providers::{
-    CreateRequest, LogRequest, LogStream, Operation, Provider, ProviderError,
+    CreateRequest, FrameStream, LogRequest, LogStream, Operation, Provider, ProviderError,
 };
 use parking_lot::{Mutex, RwLock};
 use tokio::task::JoinHandle;
@@ -628,6 +629,21 @@ impl Provider for KubeTarget {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(classify(cluster_name, op, &e).with_subject(id)),
         }
+    }
+
+    /// `kubectl exec` or `port-forward` of the remote Pod, through the remote API server (which
+    /// asks the remote node's kubelet), relayed as runner session frames.
+    async fn open_session(
+        &self,
+        id: &str,
+        request: &SessionRequest,
+    ) -> Result<Option<FrameStream>, ProviderError> {
+        let op = Operation::Session;
+        let (cluster, pod) = self.instance(id, op)?;
+        crate::session::open(&cluster.pods(), pod, request)
+            .await
+            .map(Some)
+            .map_err(|e| classify(&cluster.config.name, op, &e).with_subject(id))
     }
 
     /// The remote Pod's workload container's log, read through the remote API server (which

@@ -29,20 +29,8 @@ fn kubectl(world: &World) -> Command {
 /// Runs kubectl with `args` and `stdin`, off the runtime's threads.
 async fn run(world: &World, args: &[&str], stdin: &[u8]) -> Output {
     let mut cmd = kubectl(world);
-    cmd.args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let input = stdin.to_vec();
-    tokio::task::spawn_blocking(move || {
-        let mut child = cmd.spawn().unwrap();
-        let mut pipe = child.stdin.take().unwrap();
-        pipe.write_all(&input).unwrap();
-        drop(pipe);
-        child.wait_with_output().unwrap()
-    })
-    .await
-    .unwrap()
+    cmd.args(args);
+    support::output_with_stdin(cmd, stdin).await
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -20,9 +20,10 @@ use neocloud_kube_target::{KubeTarget, KubeconfigSource, RemoteCluster};
 use neocloud_node::naming::ClusterId;
 use neocloud_node::sweeper::{Sweeper, SweeperConfig};
 use neocloud_providers::Provider;
-use neocloud_testenv::kwok::{EXIT_CODE_ANNOTATION, MISSING_IMAGE, fake_gpu_node};
+use neocloud_testenv::kwok::{ECHO_PORT, EXIT_CODE_ANNOTATION, MISSING_IMAGE, fake_gpu_node};
 use neocloud_testenv::{ControlPlane, Kwok, Options, TestContext};
 use serde_json::json;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 mod support;
 use neocloud_node::crd::BurstPolicy;
@@ -601,11 +602,11 @@ fn query() -> neocloud_core::OfferQuery {
 
 /// `neocloud-node run` as installed, with `remoteClusters` in its config file (the kubeconfig
 /// from a file): a Pod runs on the remote cluster, and `kubectl logs` of the local Pod reads the
-/// remote Pod's log (tail and timestamps, then following it as lines are written), relayed by the
-/// node's kubelet API from the remote API server and the remote node's kubelet (KWOK's server,
-/// reading the container log file as a kubelet does).
+/// remote Pod's log (tail and timestamps, then following it as lines are written), `kubectl
+/// exec` runs in it and `kubectl port-forward` reaches it, relayed by the node's kubelet API
+/// through the remote API server to the remote node's kubelet (KWOK's server).
 #[tokio::test(flavor = "multi_thread")]
-async fn the_node_process_runs_a_pod_remotely_and_kubectl_logs_follows_the_remote_log() {
+async fn the_node_process_runs_a_pod_remotely_with_logs_exec_and_port_forward() {
     let ctx = TestContext::new("remote-logs").await;
     let second = ControlPlane::start(Options::default()).await.unwrap();
     let (remote_client, kwok) = remote_cluster(&second).await;
@@ -661,13 +662,13 @@ async fn the_node_process_runs_a_pod_remotely_and_kubectl_logs_follows_the_remot
         timestamps: true,
         ..LogParams::default()
     };
-    let text = pods
+    let tail = pods
         .logs("trainer", &params)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}\n{}", node_log(), kwok.log_tail(20)));
-    assert_eq!(text, "2026-12-04T10:00:05.000000001Z step 20 loss 0.75\n");
+    assert_eq!(tail, "2026-12-04T10:00:05.000000001Z step 20 loss 0.75\n");
     let direct = remote.logs(&remote_name, &params).await.unwrap();
-    assert_eq!(text, direct, "the relayed log is the remote Pod's");
+    assert_eq!(tail, direct, "the relayed log is the remote Pod's");
 
     // kubectl logs -f: both lines, then a line the workload writes later, as it is written.
     let follow = LogParams {
@@ -691,7 +692,72 @@ async fn the_node_process_runs_a_pod_remotely_and_kubectl_logs_follows_the_remot
     kwok.write_log("2026-12-04T10:00:10.000000001Z", "step 30 loss 0.5")
         .unwrap();
     assert_eq!(next().await, "step 30 loss 0.5");
+
+    // kubectl exec: both streams and stdin, through the node to the remote Pod (KWOK runs the
+    // command on this machine).
+    let script = "echo out; echo err >&2; read x; echo got $x";
+    let ok = kubectl(
+        &ctx,
+        &["exec", "-i", "trainer", "--", "sh", "-c", script],
+        b"hello\n",
+    )
+    .await;
+    assert!(ok.status.success(), "{}\n{}", text(&ok.stderr), node_log());
+    assert_eq!(text(&ok.stdout), "out\ngot hello\n");
+    assert_eq!(text(&ok.stderr), "err\n");
+    // A failing command fails kubectl, with what the remote kubelet said (KWOK reports the exit
+    // as an error; a kubelet's exit code is read as the code, see the session's unit test).
+    let failed = kubectl(&ctx, &["exec", "trainer", "--", "sh", "-c", "exit 3"], b"").await;
+    assert!(!failed.status.success());
+    assert!(
+        text(&failed.stderr).contains("exit status 3"),
+        "{}",
+        text(&failed.stderr)
+    );
+
+    // kubectl port-forward to the remote Pod's echo port: what is sent comes back.
+    let local = free_port();
+    let mut forward = ctx
+        .control_plane
+        .kubectl()
+        .args(["-n", &ctx.namespace, "port-forward", "pod/trainer"])
+        .arg(format!("{local}:{ECHO_PORT}"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut conn = None;
+    for _ in 0..150 {
+        if let Ok(c) = tokio::net::TcpStream::connect(("127.0.0.1", local)).await {
+            conn = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut conn = conn.expect("kubectl port-forward listens");
+    conn.write_all(b"ping through two clusters\n")
+        .await
+        .unwrap();
+    let mut echoed = vec![0u8; 26];
+    tokio::time::timeout(Duration::from_secs(30), conn.read_exact(&mut echoed))
+        .await
+        .expect("the echo within 30 s")
+        .unwrap();
+    assert_eq!(&echoed, b"ping through two clusters\n");
+    forward.kill().unwrap();
+    let _ = forward.wait();
     second.stop();
+}
+
+/// Runs kubectl in the test's namespace with `args` and `stdin`.
+async fn kubectl(ctx: &TestContext, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    let mut cmd = ctx.control_plane.kubectl();
+    cmd.args(["-n", &ctx.namespace]).args(args);
+    support::output_with_stdin(cmd, stdin).await
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// `neocloud-node run` with NVKE discovery on: a workload cluster still provisioning receives

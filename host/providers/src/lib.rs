@@ -19,7 +19,8 @@ pub use fake::FakeProvider;
 pub use http::{ApiKey, HttpConfig};
 pub use lambda::{LambdaConfig, LambdaProvider};
 pub use provider::{
-    Boot, ContainerBoot, CreateRequest, LogRequest, LogStream, Operation, Provider, ProviderError,
+    Boot, ContainerBoot, CreateRequest, FrameIo, FrameStream, LogRequest, LogStream, Operation,
+    Provider, ProviderError,
 };
 pub use runpod::{RunpodConfig, RunpodProvider};
 pub use vast::{VastConfig, VastProvider, VastSearch};

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use neocloud_core::{FailureClass, InstanceState, Offer, OfferQuery, ProviderId, WorkloadSpec};
+use neocloud_protocol::session::SessionRequest;
 
 /// What a provider call was doing when it failed, for messages and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,6 +30,8 @@ pub enum Operation {
     Health,
     /// `logs`.
     Logs,
+    /// `open_session`.
+    Session,
 }
 
 impl fmt::Display for Operation {
@@ -42,6 +45,7 @@ impl fmt::Display for Operation {
             Operation::Delete => "delete instance",
             Operation::Health => "check health",
             Operation::Logs => "read logs",
+            Operation::Session => "open a session",
         })
     }
 }
@@ -219,6 +223,14 @@ pub struct LogRequest {
     pub timestamps: bool,
 }
 
+/// A session speaking the runner session's frames (see [`Provider::open_session`]).
+pub type FrameStream = Box<dyn FrameIo>;
+
+/// What a [`FrameStream`] is: a byte stream both ways.
+pub trait FrameIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> FrameIo for T {}
+
 /// A workload's output as it arrives, in chunks; an error ends it.
 pub type LogStream = futures::stream::BoxStream<'static, Result<bytes::Bytes, ProviderError>>;
 
@@ -371,6 +383,21 @@ pub trait Provider: Send + Sync + fmt::Debug {
         id: &str,
         request: &LogRequest,
     ) -> Result<Option<LogStream>, ProviderError> {
+        let _ = (id, request);
+        Ok(None)
+    }
+
+    /// An interactive session with the workload, where the provider itself runs it (a remote
+    /// cluster's Pod): `request` is an exec (`kubectl exec`) or a forwarded port (`kubectl
+    /// port-forward`), and the answer is a stream speaking the runner session's
+    /// [`Frame`](neocloud_protocol::session::Frame)s, as a runner's session does. `None` when the
+    /// provider has no such API, which is every cloud's case (their Pods' sessions go through the
+    /// node's runner). Each call opens its own session; dropping the stream closes it.
+    async fn open_session(
+        &self,
+        id: &str,
+        request: &SessionRequest,
+    ) -> Result<Option<FrameStream>, ProviderError> {
         let _ = (id, request);
         Ok(None)
     }

@@ -10,6 +10,9 @@
 //! nodes advertise, at 127.0.0.1): the API server's `pods/log` requests reach it, and it answers
 //! them from one container log file in the CRI format ([`Kwok::write_log`]), through the
 //! kubelet's own log reader (follow, tail, since and timestamps behave as a kubelet's do).
+//! `exec` in any container runs the command on this machine, in kwok's directory (KWOK's local
+//! exec: a non-zero exit reaches the caller as an error naming `exit status N`, not as a
+//! kubelet's exit code); `port-forward` to [`ECHO_PORT`] echoes, other ports refuse.
 //!
 //! Dropping it kills the process and removes its directory (`NEOCLOUD_TESTENV_KEEP=1` keeps it).
 
@@ -36,6 +39,10 @@ pub const EXIT_CODE_ANNOTATION: &str = "kwok.neocloud.test/exit-code";
 
 /// The image no Pod can pull: its Pods stay Pending, their container waiting in `ErrImagePull`.
 pub const MISSING_IMAGE: &str = "registry.invalid/no-such-image:1";
+
+/// The port of every fake Pod that echoes what it receives (`kubectl port-forward` reaches a
+/// `cat` KWOK runs for each connection); no other port answers.
+pub const ECHO_PORT: u16 = 7;
 
 /// The stages: what KWOK does to nodes and Pods (see the file's header).
 const STAGES: &str = include_str!("kwok-stages.yaml");
@@ -66,21 +73,40 @@ impl Kwok {
         let logs = dir.join("container.log");
         write(&logs, "")?;
         write(&dir.join("stages.yaml"), STAGES)?;
-        let cluster_logs = json!({
-            "apiVersion": "kwok.x-k8s.io/v1alpha1",
-            "kind": "ClusterLogs",
-            "metadata": {"name": "every-container"},
-            "spec": {"logs": [{"logsFile": logs, "follow": true}]},
-        });
-        let yaml = serde_yaml::to_string(&cluster_logs)
-            .map_err(|e| Error::io("render the kwok logs", std::io::Error::other(e)))?;
-        write(&dir.join("logs.yaml"), &yaml)?;
+        let debugging = [
+            json!({
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "ClusterLogs",
+                "metadata": {"name": "every-container"},
+                "spec": {"logs": [{"logsFile": logs, "follow": true}]},
+            }),
+            json!({
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "ClusterExec",
+                "metadata": {"name": "every-container"},
+                "spec": {"execs": [{"local": {"workDir": dir}}]},
+            }),
+            json!({
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "ClusterPortForward",
+                "metadata": {"name": "echo"},
+                "spec": {"forwards": [{"ports": [ECHO_PORT], "command": ["cat"]}]},
+            }),
+        ];
+        let mut yaml = String::new();
+        for doc in debugging {
+            let text = serde_yaml::to_string(&doc)
+                .map_err(|e| Error::io("render the kwok config", std::io::Error::other(e)))?;
+            yaml.push_str("---\n");
+            yaml.push_str(&text);
+        }
+        write(&dir.join("debugging.yaml"), &yaml)?;
         let (key, value) = NODE_ANNOTATION;
         let args: Vec<String> = vec![
             "--config".into(),
             dir.join("stages.yaml").display().to_string(),
             "--config".into(),
-            dir.join("logs.yaml").display().to_string(),
+            dir.join("debugging.yaml").display().to_string(),
             "--kubeconfig".into(),
             control_plane.admin_kubeconfig().display().to_string(),
             format!("--manage-nodes-with-annotation-selector={key}={value}"),

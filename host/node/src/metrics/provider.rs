@@ -14,7 +14,7 @@ use neocloud_providers::{CreateRequest, Operation, Provider, ProviderError};
 use super::Metrics;
 
 /// The `operation` label: the `Provider` method's name (`list_offers`, `create`, `get`,
-/// `find_by_name`, `list_ours`, `delete`, `health`). `Operation`'s `Display` is prose for
+/// `find_by_name`, `list_ours`, `delete`, `health`, `logs`, `open_session`). `Operation`'s `Display` is prose for
 /// messages ("list offers"), so labels use these snake-case names instead.
 pub fn operation_label(operation: Operation) -> &'static str {
     match operation {
@@ -26,6 +26,7 @@ pub fn operation_label(operation: Operation) -> &'static str {
         Operation::Delete => "delete",
         Operation::Health => "health",
         Operation::Logs => "logs",
+        Operation::Session => "open_session",
     }
 }
 
@@ -162,6 +163,14 @@ impl Provider for InstrumentedProvider {
         request: &neocloud_providers::LogRequest,
     ) -> Result<Option<neocloud_providers::LogStream>, ProviderError> {
         self.inner.logs(id, request).await
+    }
+
+    async fn open_session(
+        &self,
+        id: &str,
+        request: &neocloud_protocol::session::SessionRequest,
+    ) -> Result<Option<neocloud_providers::FrameStream>, ProviderError> {
+        self.inner.open_session(id, request).await
     }
 
     fn create_wait(&self) -> Option<(std::time::Duration, String)> {

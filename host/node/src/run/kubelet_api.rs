@@ -14,10 +14,10 @@ use crate::callback::TlsMaterial;
 use futures::StreamExt as _;
 use neocloud_providers::LogRequest;
 
-use crate::callback::LogOptions;
+use crate::callback::{LogOptions, SessionIo};
 use crate::kubelet::{
     CallbackLogSource, KubeAccessReview, KubeletConfig, KubeletServer, PodLister, PodLookup,
-    PodPlacement, ProviderLogs,
+    PodPlacement, ProviderLogs, ProviderSessions,
 };
 use crate::reconcile::{Reconciler, Runners};
 use crate::vnode::NodeConfig;
@@ -131,7 +131,8 @@ impl KubeletApiSettings {
                 .unwrap_or_default(),
         )
         .with_lister(lister)
-        .with_provider_logs(provider_logs(Arc::clone(reconciler)));
+        .with_provider_logs(provider_logs(Arc::clone(reconciler)))
+        .with_provider_sessions(provider_sessions(Arc::clone(reconciler)));
         let reviews = Arc::new(KubeAccessReview::new(client));
         KubeletServer::start(config, &tls, reviews, Arc::new(source))
             .await
@@ -157,10 +158,7 @@ fn lookup(reconciler: Arc<Reconciler>) -> PodLookup {
 /// error in the middle of the stream ends it, logged.
 fn provider_logs(reconciler: Arc<Reconciler>) -> ProviderLogs {
     Arc::new(move |provider: &str, instance: &str, opts: LogOptions| {
-        let found = provider
-            .parse::<neocloud_core::ProviderId>()
-            .ok()
-            .and_then(|id| reconciler.provider(id));
+        let found = provider_named(&reconciler, provider);
         let instance = instance.to_owned();
         Box::pin(async move {
             let Some(provider) = found else {
@@ -189,6 +187,34 @@ fn provider_logs(reconciler: Arc<Reconciler>) -> ProviderLogs {
             }))
         })
     })
+}
+
+/// Exec and port-forward sessions opened with the provider of Pods the runner does not run (a
+/// remote cluster's Pod).
+fn provider_sessions(reconciler: Arc<Reconciler>) -> ProviderSessions {
+    Arc::new(move |provider: &str, instance: &str, request| {
+        let found = provider_named(&reconciler, provider);
+        let instance = instance.to_owned();
+        Box::pin(async move {
+            let Some(provider) = found else {
+                return Ok(None);
+            };
+            let opened = provider
+                .open_session(&instance, &request)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(opened.map(|io| Box::new(io) as SessionIo))
+        })
+    })
+}
+
+/// The enabled provider a placement names (`kube`, `runpod`...).
+fn provider_named(
+    reconciler: &Reconciler,
+    name: &str,
+) -> Option<Arc<dyn neocloud_providers::Provider>> {
+    let id = name.parse::<neocloud_core::ProviderId>().ok()?;
+    reconciler.provider(id)
 }
 
 /// `n` as the API's `i64`, the largest one for anything larger.

@@ -245,3 +245,25 @@ pub fn exit_code(pod: &k8s_openapi::api::core::v1::Pod) -> Option<i32> {
         .as_ref()
         .map(|t| t.exit_code)
 }
+
+/// Runs `cmd` (a kubectl) with `stdin` written to it, off the runtime's threads.
+pub async fn output_with_stdin(
+    mut cmd: std::process::Command,
+    stdin: &[u8],
+) -> std::process::Output {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let input = stdin.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let mut child = cmd.spawn().unwrap();
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(&input).unwrap();
+        drop(pipe);
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}

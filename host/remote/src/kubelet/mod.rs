@@ -54,7 +54,7 @@ pub use request::RequestError;
 pub use server::KubeletServer;
 pub use source::{
     CallbackLogSource, LogError, LogSource, PodLister, PodLookup, PodPlacement, PodRef, PodUsage,
-    ProviderLogs,
+    ProviderLogs, ProviderSessions,
 };
 
 use crate::tls::TlsError;

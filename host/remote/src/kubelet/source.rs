@@ -80,8 +80,9 @@ pub enum LogError {
         /// What was asked: `exec`, `attach` or `port-forward`.
         what: &'static str,
     },
-    /// The runner did not open an interactive session.
-    #[error("failed to open a session on the runner of pod {pod}: {message}")]
+    /// The runner (or, for a Pod it does not run, the provider) did not open an interactive
+    /// session.
+    #[error("failed to open a session with pod {pod}: {message}")]
     Session {
         /// The Pod.
         pod: PodRef,
@@ -212,6 +213,20 @@ impl PodPlacement {
     }
 }
 
+/// Opens an exec or port-forward session with an instance's provider, for providers that run
+/// the workload themselves (a remote cluster's Pod): `(provider, instance id, request)` to a
+/// stream speaking the runner session's frames, `Ok(None)` when the provider has no session API,
+/// or why it failed.
+pub type ProviderSessions = Arc<
+    dyn Fn(
+            &str,
+            &str,
+            SessionRequest,
+        ) -> futures::future::BoxFuture<'static, Result<Option<SessionIo>, String>>
+        + Send
+        + Sync,
+>;
+
 /// Finds a Pod on this node by namespace and name; `None` when it is not here.
 pub type PodLookup = Arc<dyn Fn(&str, &str) -> Option<PodPlacement> + Send + Sync>;
 
@@ -239,6 +254,7 @@ pub struct CallbackLogSource {
     callback: Option<CallbackHandle>,
     runner_providers: BTreeSet<String>,
     provider_logs: Option<ProviderLogs>,
+    provider_sessions: Option<ProviderSessions>,
 }
 
 impl std::fmt::Debug for CallbackLogSource {
@@ -264,12 +280,20 @@ impl CallbackLogSource {
             callback,
             runner_providers: runner_providers.into_iter().collect(),
             provider_logs: None,
+            provider_sessions: None,
         }
     }
 
     /// The same, reading the logs of Pods the runner does not run from their provider.
     pub fn with_provider_logs(mut self, logs: ProviderLogs) -> Self {
         self.provider_logs = Some(logs);
+        self
+    }
+
+    /// The same, opening exec and port-forward sessions of Pods the runner does not run with
+    /// their provider.
+    pub fn with_provider_sessions(mut self, open: ProviderSessions) -> Self {
+        self.provider_sessions = Some(open);
         self
     }
 
@@ -387,11 +411,23 @@ impl LogSource for CallbackLogSource {
         let callback = match &self.callback {
             Some(callback) if self.run_by_runner(&placement) => callback,
             _ => {
-                return Err(LogError::NoRunner {
+                let no_runner = || LogError::NoRunner {
                     pod: pod.clone(),
-                    provider,
+                    provider: provider.clone(),
                     what,
-                });
+                };
+                let (Some(open), Some(instance)) = (&self.provider_sessions, &placement.instance)
+                else {
+                    return Err(no_runner());
+                };
+                return match open(&provider, instance, request).await {
+                    Ok(Some(io)) => Ok(io),
+                    Ok(None) => Err(no_runner()),
+                    Err(message) => Err(LogError::Session {
+                        pod: pod.clone(),
+                        message,
+                    }),
+                };
             }
         };
         callback
