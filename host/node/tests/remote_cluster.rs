@@ -576,7 +576,7 @@ impl NodeProcess {
     }
 }
 
-/// A local Pod on `node` wanting one A100.
+/// A local Pod on `node` wanting one A100, with `TOKEN` from Secret `creds` if there is one.
 async fn gpu_pod(pods: &Api<Pod>, node: &str, name: &str) {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "annotations": {"cloud.aibrix.ai/gpu-type": "A100"}},
@@ -586,6 +586,8 @@ async fn gpu_pod(pods: &Api<Pod>, node: &str, name: &str) {
             "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
             "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
                 "command": ["python", "train.py"],
+                "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef":
+                    {"name": "creds", "key": "token", "optional": true}}}],
                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
         }
     }))
@@ -625,6 +627,14 @@ async fn the_node_process_runs_a_pod_remotely_with_logs_exec_and_port_forward() 
     let node = process.node.clone();
     let node_log = || process.log();
 
+    let creds: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "creds"}, "stringData": {"token": SECRET_VALUE}}),
+    )
+    .unwrap();
+    ctx.namespaced::<Secret>()
+        .create(&PostParams::default(), &creds)
+        .await
+        .unwrap();
     let pods: Api<Pod> = ctx.namespaced();
     gpu_pod(&pods, &node, "trainer").await;
     let remote: Api<Pod> = Api::namespaced(remote_client.clone(), REMOTE_NS);
@@ -642,6 +652,24 @@ async fn the_node_process_runs_a_pod_remotely_with_logs_exec_and_port_forward() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let remote_name = remote_name.unwrap_or_else(|| panic!("no remote Pod\n{}", node_log()));
+    // The Secret's value travels in the remote Secret only: not in the remote Pod, nor in the
+    // node's log.
+    let there = remote.get(&remote_name).await.unwrap();
+    assert!(
+        !serde_json::to_string(&there)
+            .unwrap()
+            .contains(SECRET_VALUE)
+    );
+    let env_secret = Api::<Secret>::namespaced(remote_client.clone(), REMOTE_NS)
+        .get(&format!("{remote_name}-env"))
+        .await
+        .unwrap();
+    let carried = env_secret
+        .data
+        .unwrap_or_default()
+        .into_values()
+        .any(|v| v.0 == SECRET_VALUE.as_bytes());
+    assert!(carried, "the remote Secret carries the value");
     for _ in 0..600 {
         let p = pods.get("trainer").await.unwrap();
         if phase(&p) == Some("Running") {
@@ -746,6 +774,7 @@ async fn the_node_process_runs_a_pod_remotely_with_logs_exec_and_port_forward() 
     assert_eq!(&echoed, b"ping through two clusters\n");
     forward.kill().unwrap();
     let _ = forward.wait();
+    assert!(!node_log().contains(SECRET_VALUE), "the node never logs it");
     second.stop();
 }
 

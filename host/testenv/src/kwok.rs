@@ -114,6 +114,9 @@ impl Kwok {
             format!("--node-port={port}"),
             format!("--server-address=127.0.0.1:{port}"),
             "--cidr=10.20.0.0/16".into(),
+            // Renewed every quarter of it (2 s): well inside the control plane's node monitor
+            // grace period (10 s), so no node is ever marked NotReady and tainted.
+            "--node-lease-duration-seconds=8".into(),
         ];
         let cleanup = (!keep_dir).then_some(dir.as_path());
         let mut process = Supervised::spawn("kwok", &bin, &args, &dir.join("kwok.log"), cleanup)?;

@@ -1,10 +1,11 @@
 //! Proves KWOK plays the kubelets of a control plane's fake GPU nodes as the `kube` provider's
-//! tests need: the node is Ready with its GPUs and schedulable, a Pod bound to it runs with an IP,
-//! ends with the exit code a test asks for (Succeeded for 0, Failed otherwise), can be held in
-//! ErrImagePull, streams its log through the API server, and is removed once deleted.
+//! tests need: the node is Ready with its GPUs and its lease kept fresh, a Pod bound to it runs
+//! with an IP, ends with the exit code a test asks for (Succeeded for 0, Failed otherwise), can
+//! be held in ErrImagePull, streams its log through the API server, and is removed once deleted.
 
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use kube::api::{DeleteParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -83,6 +84,24 @@ async fn kwok_runs_pods_on_a_fake_gpu_node_ends_them_with_exit_codes_and_serves_
             .unwrap()
             .port,
         i32::from(kwok.kubelet_port())
+    );
+
+    // Its lease is renewed within its 8 s, so the node monitor (grace 10 s) never taints it.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let renewed = async || {
+        let lease = leases.get_opt("gpu-1").await.ok()??;
+        lease.spec?.renew_time.map(|t| t.0)
+    };
+    let first = wait("the node's lease", &kwok, renewed).await;
+    let started = std::time::Instant::now();
+    wait("the lease renewed", &kwok, async || {
+        renewed().await.filter(|t| *t > first).map(|_| ())
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "renewed after {:?}",
+        started.elapsed()
     );
 
     // The scheduler places a GPU Pod there; it runs with a Pod IP, then exits with 0.
