@@ -501,3 +501,117 @@ async fn the_docker_command_line_keeps_every_pod_value_out_of_docker_s_options()
         "{stderr}"
     );
 }
+
+/// The runner's container executor on a real Docker engine (Debian's dockerd, started by the
+/// test, without GPUs: `--gpus none`): the image's entrypoint runs the Pod's args, the
+/// environment comes from the env file (never the command line), the container's exit code is
+/// the workload's, and SIGTERM to the runner (a VM shutting down when its Pod is deleted) stops
+/// the container, which still reports its own code. `--rm` leaves no container behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_docker_engine_runs_the_workload_and_sigterm_stops_it() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let docker = neocloud_testenv::Docker::start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    docker
+        .import_busybox("neocloud-test/busybox:1")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut rig = rig(fast()).await;
+    let in_container = |script: &str| Workload {
+        image: "neocloud-test/busybox:1".into(),
+        command: vec![],
+        args: vec![script.into()],
+        env: vec![
+            EnvVar::new("GREETING", "hello"),
+            EnvVar::new("API_TOKEN", "tok_docker_never_on_argv_93"),
+        ],
+        ..Workload::default()
+    };
+    let (url, ca) = (rig.url(), rig.ca.path().to_owned());
+    let runner = |token: &str| {
+        Command::new(runner_binary())
+            .args(["--callback-url", &url, "--executor", "docker"])
+            .arg("--ca-file")
+            .arg(&ca)
+            .args(["--gpus", "none", "--heartbeat-interval", "200ms"])
+            .env("NEOCLOUD_BOOTSTRAP_TOKEN", token)
+            .env("DOCKER_HOST", docker.host())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the runner")
+    };
+
+    // The image's entrypoint (`/bin/sh -c`) runs the Pod's args with the env file's values.
+    let script = "echo \"$GREETING from $(cat /proc/1/cmdline | tr '\\0' ' ')\"; \
+                  test -n \"$API_TOKEN\" && echo token-set; exit 7";
+    let token = rig
+        .server
+        .handle()
+        .register("uid-docker-1", in_container(script))
+        .expect("register");
+    let child = runner(token.expose());
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Running, None));
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Exited, Some(7)));
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, 7, "{stderr}\n{}", docker.log_tail(20));
+    let lines = rig
+        .server
+        .handle()
+        .log_lines("uid-docker-1")
+        .expect("lines");
+    let out: Vec<&str> = lines.iter().map(|l| l.line.as_str()).collect();
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert!(out[0].starts_with("hello from /bin/sh -c "), "{out:?}");
+    assert_eq!(out[1], "token-set");
+    assert!(
+        !out[0].contains("tok_docker_never_on_argv_93"),
+        "the value is not on the container's command line: {out:?}"
+    );
+
+    // SIGTERM to the runner reaches the container, which ends with its own code.
+    let script = "trap 'echo stopping; exit 143' TERM; echo ready; while :; do sleep 0.1; done";
+    let token = rig
+        .server
+        .handle()
+        .register("uid-docker-2", in_container(script))
+        .expect("register");
+    let child = runner(token.expose());
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));
+    assert_eq!(state_of(&rig.event().await), (RunnerState::Running, None));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !rig
+        .server
+        .handle()
+        .log_lines("uid-docker-2")
+        .is_ok_and(|l| l.iter().any(|l| l.line == "ready"))
+    {
+        assert!(Instant::now() < deadline, "{}", docker.log_tail(20));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pid = i32::try_from(child.id().expect("pid")).expect("pid fits");
+    kill(Pid::from_raw(pid), Signal::SIGTERM).expect("SIGTERM");
+    assert_eq!(
+        state_of(&rig.event().await),
+        (RunnerState::Exited, Some(143))
+    );
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, 143, "{stderr}");
+    let lines = rig
+        .server
+        .handle()
+        .log_lines("uid-docker-2")
+        .expect("lines");
+    assert!(lines.iter().any(|l| l.line == "stopping"), "{lines:?}");
+
+    let left = docker
+        .command()
+        .args(["ps", "--all", "--quiet"])
+        .output()
+        .expect("docker ps");
+    assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "", "--rm");
+}

@@ -1,6 +1,7 @@
 //! How the runner runs a workload: as a local process (tests and simulators), or as a Docker
-//! container with all GPUs (`docker run --rm --gpus all --network=<mode>`, host by default) whose environment is passed through an
-//! env file of mode 0600, never on the command line. Either way stdout and stderr are read line
+//! container with the VM's GPUs (`docker run --rm --gpus=all --network=<mode>`, host by
+//! default) whose environment is passed through an env file of mode 0600, never on the command
+//! line. Either way stdout and stderr are read line
 //! by line into [`LogRecord`]s.
 //!
 //! Not log shipping or state reports: see [`crate::run`].
@@ -31,13 +32,23 @@ pub struct Started {
     pub env_file: Option<EnvFile>,
 }
 
+/// How the docker executor runs the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerOptions {
+    /// The network mode (`docker run --network`).
+    pub network: String,
+    /// The GPUs (`docker run --gpus`: `all`, a count, `device=0,1`); `None` gives none, for a
+    /// machine without NVIDIA's container toolkit.
+    pub gpus: Option<String>,
+}
+
 /// Starts `workload`; its output lines go to `logs` (dropped, and counted, when it is full).
-/// `network` is the container's network mode (`docker run --network`) and `container` its name
-/// (sessions `docker exec` into it); both unused by processes.
+/// `docker` says how a container runs and `container` is its name (sessions `docker exec` into
+/// it); both unused by processes.
 pub fn start(
     kind: ExecutorKind,
     workload: &Workload,
-    network: &str,
+    docker: &DockerOptions,
     container: &str,
     logs: &mpsc::Sender<LogRecord>,
 ) -> Result<Started, RunnerError> {
@@ -46,7 +57,7 @@ pub fn start(
         ExecutorKind::Docker => {
             let env_file = EnvFile::write(workload)?;
             let mut command = Command::new("docker");
-            command.args(docker_args(workload, env_file.path(), network, container));
+            command.args(docker_args(workload, env_file.path(), docker, container));
             (command, Some(env_file))
         }
     };
@@ -107,12 +118,15 @@ pub fn container_name(spiffe_id: &str) -> String {
 pub fn docker_args(
     workload: &Workload,
     env_file: &Path,
-    network: &str,
+    docker: &DockerOptions,
     container: &str,
 ) -> Vec<String> {
-    let mut out: Vec<String> = ["run", "--rm", "--gpus", "all"].map(String::from).into();
+    let mut out: Vec<String> = ["run", "--rm"].map(String::from).into();
+    if let Some(gpus) = &docker.gpus {
+        out.push(format!("--gpus={gpus}"));
+    }
     out.push(format!("--name={container}"));
-    out.push(format!("--network={network}"));
+    out.push(format!("--network={}", docker.network));
     out.push(format!("--env-file={}", env_file.display()));
     if let Some(dir) = &workload.working_dir {
         out.push(format!("--workdir={dir}"));

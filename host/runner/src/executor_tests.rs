@@ -3,6 +3,13 @@ use std::os::unix::fs::PermissionsExt;
 use super::*;
 use neocloud_protocol::EnvVar;
 
+fn docker(network: &str) -> DockerOptions {
+    DockerOptions {
+        network: network.into(),
+        gpus: Some("all".into()),
+    }
+}
+
 fn workload() -> Workload {
     Workload {
         image: "ghcr.io/example/train:1".into(),
@@ -18,10 +25,10 @@ fn docker_args_use_all_gpus_and_keep_env_values_off_the_command_line() {
     let args = docker_args(
         &workload(),
         Path::new("/tmp/x.env"),
-        "host",
+        &docker("host"),
         "neocloud-uid-1",
     );
-    assert_eq!(&args[..4], ["run", "--rm", "--gpus", "all"]);
+    assert_eq!(&args[..3], ["run", "--rm", "--gpus=all"]);
     let joined = args.join(" ");
     assert!(
         joined.contains("--name=neocloud-uid-1 --network=host --env-file=/tmp/x.env"),
@@ -39,7 +46,12 @@ fn docker_args_use_all_gpus_and_keep_env_values_off_the_command_line() {
 fn docker_args_without_command_keep_the_image_entrypoint() {
     let mut w = workload();
     w.command.clear();
-    let args = docker_args(&w, Path::new("/tmp/x.env"), "bridge", "neocloud-uid-1");
+    let args = docker_args(
+        &w,
+        Path::new("/tmp/x.env"),
+        &docker("bridge"),
+        "neocloud-uid-1",
+    );
     assert!(!args.iter().any(|a| a.starts_with("--entrypoint")));
     assert!(args.contains(&"--network=bridge".to_string()));
     assert_eq!(
@@ -57,10 +69,15 @@ fn nothing_from_the_pod_is_read_as_a_docker_option() {
         env: vec![],
         working_dir: Some("--pid=host".into()),
     };
-    let args = docker_args(&w, Path::new("/tmp/x.env"), "host", "neocloud-uid-1");
+    let args = docker_args(
+        &w,
+        Path::new("/tmp/x.env"),
+        &docker("host"),
+        "neocloud-uid-1",
+    );
     let end = args.iter().position(|a| a == "--").expect("options end");
     // Before `--` every option carries its value in the same word; after it, only operands.
-    for a in &args[4..end] {
+    for a in &args[2..end] {
         assert!(a.starts_with("--") && a.contains('='), "{a}");
     }
     assert!(args[..end].contains(&"--workdir=--pid=host".to_string()));
@@ -97,7 +114,7 @@ async fn process_executor_pipes_both_streams_with_env() {
         ..Workload::default()
     };
     let (tx, mut rx) = mpsc::channel(16);
-    let mut started = start(ExecutorKind::Process, &w, "host", "c", &tx).expect("start");
+    let mut started = start(ExecutorKind::Process, &w, &docker("host"), "c", &tx).expect("start");
     drop(tx);
     let status = started.child.wait().await.expect("wait");
     assert_eq!(status.code(), Some(4));
@@ -135,7 +152,7 @@ fn missing_command_is_an_error() {
     let err = start(
         ExecutorKind::Process,
         &Workload::default(),
-        "host",
+        &docker("host"),
         "c",
         &tx,
     )
@@ -160,7 +177,7 @@ async fn the_workload_never_sees_the_runner_s_bootstrap_token_or_credential() {
         ..Workload::default()
     };
     let (tx, mut rx) = mpsc::channel(4);
-    let mut started = start(ExecutorKind::Process, &w, "host", "c", &tx).expect("start");
+    let mut started = start(ExecutorKind::Process, &w, &docker("host"), "c", &tx).expect("start");
     drop(tx);
     started.child.wait().await.expect("wait");
     let line = rx.recv().await.expect("a line").line;
@@ -173,4 +190,37 @@ fn container_names_come_from_the_binding_and_are_valid_for_docker() {
     assert_eq!(name, "neocloud-0b1c-2d3e");
     assert_eq!(container_name("spiffe://x/binding/a b;c"), "neocloud-abc");
     assert_eq!(container_name(""), "neocloud-workload");
+}
+
+#[test]
+fn without_gpus_docker_is_not_asked_for_any() {
+    let none = DockerOptions {
+        network: "host".into(),
+        gpus: None,
+    };
+    let args = docker_args(
+        &workload(),
+        Path::new("/tmp/x.env"),
+        &none,
+        "neocloud-uid-1",
+    );
+    assert!(!args.iter().any(|a| a.starts_with("--gpus")), "{args:?}");
+}
+
+#[test]
+fn gpu_requests_are_checked_naming_the_value() {
+    for ok in ["all", "none", "2", "device=0,1", "device=GPU-3a1b:0"] {
+        assert_eq!(crate::parse_gpus(ok).as_deref(), Ok(ok));
+    }
+    for bad in [
+        "",
+        "-1",
+        "all --privileged",
+        "device=",
+        "two",
+        "device=0 --pid=host",
+    ] {
+        let e = crate::parse_gpus(bad).unwrap_err();
+        assert!(e.contains(&format!("{bad:?}")), "{e}");
+    }
 }

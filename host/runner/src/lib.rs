@@ -69,6 +69,11 @@ pub struct RunnerArgs {
     /// (the default: the Pod's ports are the VM's), `bridge`, `none` or a network's name.
     #[arg(long, default_value = neocloud_protocol::DEFAULT_CONTAINER_NETWORK, value_parser = parse_network)]
     pub network: String,
+    /// The container's GPUs with the docker executor (`docker run --gpus`): `all` (the
+    /// default), a count, or `device=0,1`; `none` runs it without GPUs (a machine without
+    /// NVIDIA's container toolkit, where `--gpus` fails).
+    #[arg(long, default_value = "all", value_parser = parse_gpus)]
+    pub gpus: String,
     /// Heartbeat period: `15s`, `500ms` or plain seconds.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub heartbeat_interval: Duration,
@@ -132,6 +137,25 @@ pub fn parse_executor(text: &str) -> Result<ExecutorKind, String> {
 /// Parses a container network mode (see [`neocloud_protocol::check_network_mode`]).
 pub fn parse_network(text: &str) -> Result<String, String> {
     neocloud_protocol::check_network_mode(text).map(|()| text.to_owned())
+}
+
+/// Parses a `docker run --gpus` value: `all`, `none`, a count, or `device=<ids>` (letters,
+/// digits and `,:._-` only, so it stays one option of docker's).
+pub fn parse_gpus(text: &str) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || ",:._-=".contains(c);
+    let word = !text.is_empty() && !text.starts_with('-') && text.chars().all(allowed);
+    let known = matches!(text, "all" | "none")
+        || text.parse::<u32>().is_ok()
+        || text
+            .strip_prefix("device=")
+            .is_some_and(|d| !d.is_empty() && !d.contains('='));
+    if word && known {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a GPU request: use all, none, a count or device=<ids>"
+        ))
+    }
 }
 
 /// Parses `15s`, `500ms`, `1m` or plain (possibly fractional) seconds.
@@ -200,13 +224,11 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     let (logs_tx, logs_rx) = mpsc::channel(16 * 1024);
     let shipper = tokio::spawn(shipper::ship(client.clone(), logs_rx));
     let container = container_name(&spiffe_id);
-    let started = executor::start(
-        args.executor,
-        &workload,
-        &args.network,
-        &container,
-        &logs_tx,
-    );
+    let docker = executor::DockerOptions {
+        network: args.network.clone(),
+        gpus: (args.gpus != "none").then(|| args.gpus.clone()),
+    };
+    let started = executor::start(args.executor, &workload, &docker, &container, &logs_tx);
     drop(logs_tx);
     let mut started = match started {
         Ok(started) => started,

@@ -22,6 +22,9 @@
 //! (the remote clusters of the `kube` provider's tests): nodes Ready, Pods Running, exit codes and
 //! image pull errors on request, deletions completed, container logs served.
 //!
+//! [`Docker`] runs Debian's `dockerd` with its own root and socket, without firewall rules or a
+//! bridge, for tests of the runner's container executor.
+//!
 //! The binaries are built from the Go module proxy by `hack/testenv/build.sh`,
 //! `hack/testenv/build-registry.sh`, `hack/testenv/build-otelcol.sh` and
 //! `hack/testenv/build-kwok.sh` (`make testenv`); this crate never builds them. It is for tests
@@ -38,6 +41,7 @@ mod binaries;
 mod components;
 mod context;
 mod control_plane;
+pub mod docker;
 mod kubeconfig;
 pub mod kwok;
 pub mod nodes;
@@ -54,6 +58,7 @@ pub use binaries::{BINARIES, locate as locate_binaries};
 pub use components::KUBELET_CLIENT_USER;
 pub use context::{TestContext, shared};
 pub use control_plane::{ControlPlane, Options};
+pub use docker::Docker;
 pub use kwok::Kwok;
 pub use otelcol::Collector;
 pub use pki::{CertPair, Pki};
@@ -100,6 +105,15 @@ pub enum Error {
     MissingKwok {
         /// The path searched.
         path: PathBuf,
+    },
+    /// Debian's Docker engine is not installed.
+    #[error(
+        "{program} not found on PATH or in /usr/sbin; install Debian's docker.io (`.ci/run` \
+         does, from hack/ci/debian-packages.txt)"
+    )]
+    MissingDocker {
+        /// The program looked for.
+        program: String,
     },
     /// A file or process operation failed.
     #[error("failed to {what}: {source}")]

@@ -18,7 +18,8 @@ use nix::unistd::Pid;
 use crate::Error;
 
 /// The supervisor: runs "$@", stops it when pid $1 is gone or on SIGTERM, and removes the paths
-/// in NEOCLOUD_TESTENV_CLEANUP (if any) after the child has stopped.
+/// in NEOCLOUD_TESTENV_CLEANUP (if any, unmounting what is mounted under them) after the child
+/// has stopped.
 const SUPERVISOR: &str = r#"
 watch=$1; shift
 "$@" &
@@ -28,7 +29,14 @@ stop() {
   for _ in $(seq 1 50); do kill -0 "$child" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$child" 2>/dev/null
   wait "$child" 2>/dev/null
-  [ -n "${NEOCLOUD_TESTENV_CLEANUP:-}" ] && rm -rf $NEOCLOUD_TESTENV_CLEANUP
+  if [ -n "${NEOCLOUD_TESTENV_CLEANUP:-}" ]; then
+    # Mounts the component left under its directories go first (dockerd's netns bind mount).
+    for d in $NEOCLOUD_TESTENV_CLEANUP; do
+      awk -v d="$d/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+        while read -r m; do umount -l "$m" 2>/dev/null; done
+    done
+    rm -rf $NEOCLOUD_TESTENV_CLEANUP
+  fi
   exit 0
 }
 trap stop TERM INT
