@@ -3,8 +3,7 @@
 //! runner in their containers. The API server reaches the node's kubelet API over SPDY; the node
 //! tunnels each session to the Pod's runner over the runner's own TLS connection.
 
-use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::io::Read;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -99,57 +98,9 @@ async fn exec_runs_commands_in_runner_pods_with_output_exit_codes_and_a_tty() {
 /// `kubectl exec -it POD -- sh` on a 31x97 pseudo-terminal, typing `input`; the exit code and
 /// everything the terminal showed.
 async fn exec_tty(world: &World, pod: &str, input: &'static [u8]) -> (Option<i32>, String) {
-    use nix::pty::{Winsize, openpty};
-    let size = Winsize {
-        ws_row: 31,
-        ws_col: 97,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    let pty = openpty(Some(&size), None).unwrap();
-    let slave: OwnedFd = pty.slave;
     let mut cmd = kubectl(world);
-    cmd.args(["exec", "-it", pod, "--", "sh"])
-        .stdin(Stdio::from(slave.try_clone().unwrap()))
-        .stdout(Stdio::from(slave.try_clone().unwrap()))
-        .stderr(Stdio::from(slave));
-    let master = std::fs::File::from(pty.master);
-    tokio::task::spawn_blocking(move || {
-        let mut child = cmd.spawn().unwrap();
-        let mut reader = master.try_clone().unwrap();
-        let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let seen = screen.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                seen.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        // Give kubectl time to put the terminal in raw mode and open the session.
-        std::thread::sleep(Duration::from_secs(3));
-        let mut writer = master;
-        writer.write_all(input).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status.code();
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        std::thread::sleep(Duration::from_millis(300));
-        drop(writer);
-        let screen = text(&screen.lock().unwrap());
-        (status, screen)
-    })
-    .await
-    .unwrap()
+    cmd.args(["exec", "-it", pod, "--", "sh"]);
+    support::on_a_terminal(cmd, input).await
 }
 
 /// An exec request straight to the node's kubelet API as `user` in `groups`; status and body.

@@ -733,6 +733,12 @@ async fn the_node_process_runs_a_pod_remotely_with_logs_exec_and_port_forward() 
     assert!(ok.status.success(), "{}\n{}", text(&ok.stderr), node_log());
     assert_eq!(text(&ok.stdout), "out\ngot hello\n");
     assert_eq!(text(&ok.stderr), "err\n");
+    // kubectl exec -it on a 31x97 terminal: the remote shell runs on a terminal of that size.
+    let mut tty = ctx.control_plane.kubectl();
+    tty.args(["-n", &ctx.namespace, "exec", "-it", "trainer", "--", "sh"]);
+    let (_, screen) = support::on_a_terminal(tty, b"stty size; tty; exit\n").await;
+    assert!(screen.contains("31 97"), "{screen}\n{}", node_log());
+    assert!(screen.contains("/dev/pts/"), "{screen}");
     // A failing command fails kubectl, with what the remote kubelet said (KWOK reports the exit
     // as an error; a kubelet's exit code is read as the code, see the session's unit test).
     let failed = kubectl(&ctx, &["exec", "trainer", "--", "sh", "-c", "exit 3"], b"").await;

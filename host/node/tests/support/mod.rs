@@ -267,3 +267,65 @@ pub async fn output_with_stdin(
     .await
     .unwrap()
 }
+
+/// Runs `cmd` (a `kubectl exec -it ...`) on a 31x97 pseudo-terminal, typing `input` once it
+/// had time to open its session; its exit code (`None` if it did not end within 30 s) and
+/// everything the terminal showed.
+pub async fn on_a_terminal(
+    mut cmd: std::process::Command,
+    input: &'static [u8],
+) -> (Option<i32>, String) {
+    use nix::pty::{Winsize, openpty};
+    use std::io::{Read as _, Write as _};
+    use std::os::fd::OwnedFd;
+    use std::process::Stdio;
+    use std::time::Duration;
+    let size = Winsize {
+        ws_row: 31,
+        ws_col: 97,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = openpty(Some(&size), None).unwrap();
+    let slave: OwnedFd = pty.slave;
+    cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave));
+    let master = std::fs::File::from(pty.master);
+    tokio::task::spawn_blocking(move || {
+        let mut child = cmd.spawn().unwrap();
+        let mut reader = master.try_clone().unwrap();
+        let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = screen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        // Give kubectl time to put the terminal in raw mode and open the session.
+        std::thread::sleep(Duration::from_secs(3));
+        let mut writer = master;
+        writer.write_all(input).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status.code();
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        drop(writer);
+        let screen = String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
+        (status, screen)
+    })
+    .await
+    .unwrap()
+}
