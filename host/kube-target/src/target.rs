@@ -80,8 +80,8 @@ struct Cluster {
     client: Client,
     nodes: reflector::Store<Node>,
     pods: reflector::Store<Pod>,
-    /// The last watch or health error, `None` while the cluster answers.
-    trouble: Arc<Mutex<Option<String>>>,
+    /// The last error of each watch and of the health probe, none while the cluster answers.
+    trouble: Arc<Trouble>,
     watches: Vec<JoinHandle<()>>,
 }
 
@@ -119,12 +119,33 @@ impl std::fmt::Debug for KubeTarget {
     }
 }
 
-/// Keeps `store` current from `stream`, recording the latest error in `trouble` and clearing it
-/// when events flow again.
+/// What keeps a cluster from answering, by source (`nodes`, `pods`, `health`): each source
+/// clears only its own, so a Pod watch that recovers does not hide a Node watch still failing.
+#[derive(Debug, Default)]
+struct Trouble(Mutex<std::collections::BTreeMap<&'static str, String>>);
+
+impl Trouble {
+    fn set(&self, source: &'static str, why: String) {
+        self.0.lock().insert(source, why);
+    }
+
+    fn clear(&self, source: &'static str) {
+        self.0.lock().remove(source);
+    }
+
+    /// Every current reason, `None` when there is none.
+    fn current(&self) -> Option<String> {
+        let all = self.0.lock();
+        (!all.is_empty()).then(|| all.values().cloned().collect::<Vec<_>>().join("; "))
+    }
+}
+
+/// Keeps `store` current from `stream`, recording the latest error in `trouble` under `what`
+/// and clearing it when events flow again.
 fn watch<K>(
     stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     writer: reflector::store::Writer<K>,
-    trouble: Arc<Mutex<Option<String>>>,
+    trouble: Arc<Trouble>,
     what: &'static str,
     cluster: String,
 ) -> JoinHandle<()>
@@ -136,12 +157,10 @@ where
         let mut events = std::pin::pin!(stream.default_backoff().reflect(writer));
         while let Some(event) = events.next().await {
             match event {
-                Ok(_) => {
-                    trouble.lock().take();
-                }
+                Ok(_) => trouble.clear(what),
                 Err(e) => {
                     tracing::warn!(cluster = %cluster, error = %e, "watching the remote cluster's {what} failed");
-                    *trouble.lock() = Some(format!("watching {what}: {e}"));
+                    trouble.set(what, format!("watching {what}: {e}"));
                 }
             }
         }
@@ -173,7 +192,7 @@ impl KubeTarget {
             known.offering.store(true, Ordering::Relaxed);
             return;
         }
-        let trouble = Arc::new(Mutex::new(None));
+        let trouble = Arc::new(Trouble::default());
         let (nodes, node_writer) = reflector::store();
         let (pods, pod_writer) = reflector::store();
         let live =
@@ -365,7 +384,7 @@ impl Cluster {
     async fn free(&self, op: Operation) -> Result<Vec<NodeGpus>, ProviderError> {
         let started = tokio::time::Instant::now();
         loop {
-            if let Some(trouble) = self.trouble.lock().clone() {
+            if let Some(trouble) = self.trouble.current() {
                 return Err(error(
                     op,
                     FailureClass::Transient,
@@ -713,12 +732,12 @@ impl Provider for KubeTarget {
             let probe = cluster.pods().list(&ListParams::default().limit(1)).await;
             match probe {
                 Ok(_) => {
-                    cluster.trouble.lock().take();
+                    cluster.trouble.clear("health");
                     healthy += 1;
                 }
                 Err(e) => {
                     let failure = classify(name, op, &e);
-                    *cluster.trouble.lock() = Some(failure.message.clone());
+                    cluster.trouble.set("health", failure.message.clone());
                     first_error.get_or_insert(failure);
                 }
             }
@@ -744,5 +763,28 @@ where
             Some(token) => params = params.continue_token(&token),
             None => return Ok(all),
         }
+    }
+}
+
+#[cfg(test)]
+mod trouble_tests {
+    use super::Trouble;
+
+    #[test]
+    fn each_source_clears_only_its_own_trouble() {
+        let t = Trouble::default();
+        assert_eq!(t.current(), None);
+        t.set("nodes", "watching nodes: 403".into());
+        t.set("pods", "watching pods: connection refused".into());
+        t.clear("pods");
+        assert_eq!(t.current().as_deref(), Some("watching nodes: 403"));
+        t.set("health", "401 Unauthorized".into());
+        assert_eq!(
+            t.current().as_deref(),
+            Some("401 Unauthorized; watching nodes: 403")
+        );
+        t.clear("nodes");
+        t.clear("health");
+        assert_eq!(t.current(), None);
     }
 }
