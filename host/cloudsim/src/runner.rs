@@ -272,6 +272,9 @@ fn spawn(id: &str, spec: &RunnerSpec) -> std::io::Result<oneshot::Sender<()>> {
     }
     let (kill, mut killed) = oneshot::channel::<()>();
     tokio::spawn(async move {
+        // Also dropped with the task when the simulator's runtime stops (a test ending): the
+        // group goes then too, not only the runner that `kill_on_drop` kills.
+        let group_guard = KillGroupOnDrop(group);
         tokio::select! {
             status = child.wait() => {
                 tracing::info!(instance = %id, ?status, "{provider} sim: runner exited");
@@ -290,16 +293,25 @@ fn spawn(id: &str, spec: &RunnerSpec) -> std::io::Result<oneshot::Sender<()>> {
                 let _ = tokio::time::timeout(STOP_GRACE, child.wait()).await;
             }
         }
-        if let Some(group) = group {
+        drop(group_guard);
+        let _ = child.kill().await;
+        tracing::info!(instance = %id, "{provider} sim: the instance's processes killed with it");
+    });
+    Ok(kill)
+}
+
+/// Kills a runner's process group (the VM or container it stands for) when dropped.
+struct KillGroupOnDrop(Option<i32>);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        if let Some(group) = self.0 {
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(group),
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        let _ = child.kill().await;
-        tracing::info!(instance = %id, "{provider} sim: the instance's processes killed with it");
-    });
-    Ok(kill)
+    }
 }
 
 #[cfg(test)]
