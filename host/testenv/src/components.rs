@@ -9,12 +9,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 
-use crate::Error;
 use crate::control_plane::{ControlPlane, Options, Ports};
 use crate::kubeconfig;
 use crate::pki::{self, CertPair};
 use crate::process::Supervised;
 use crate::readiness::{http_get, wait_until_ready};
+use crate::{Error, write_file};
 
 const APISERVER_TIMEOUT: Duration = Duration::from_secs(180);
 const COMPONENT_TIMEOUT: Duration = Duration::from_secs(90);
@@ -282,8 +282,4 @@ async fn apiserver_ready(client: kube::Client) -> Result<(), String> {
         .await
         .map(|_| ())
         .map_err(|e| format!("namespace default: {e}"))
-}
-
-fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
-    std::fs::write(path, contents).map_err(|e| Error::io(format!("write {}", path.display()), e))
 }

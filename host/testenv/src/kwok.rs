@@ -17,7 +17,7 @@
 //! Dropping it kills the process and removes its directory (`NEOCLOUD_TESTENV_KEEP=1` keeps it).
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -25,7 +25,7 @@ use kube::Client;
 use serde_json::{Value, json};
 
 use crate::process::Supervised;
-use crate::{ControlPlane, Error, binaries, readiness};
+use crate::{ControlPlane, Error, binaries, readiness, write_file};
 
 /// The environment variable that overrides where the kwok binary is: the binary itself, or a
 /// directory holding `kwok`.
@@ -71,8 +71,8 @@ impl Kwok {
             .keep();
         let port = readiness::free_port()?;
         let logs = dir.join("container.log");
-        write(&logs, "")?;
-        write(&dir.join("stages.yaml"), STAGES)?;
+        write_file(&logs, "")?;
+        write_file(&dir.join("stages.yaml"), STAGES)?;
         let debugging = [
             json!({
                 "apiVersion": "kwok.x-k8s.io/v1alpha1",
@@ -100,7 +100,7 @@ impl Kwok {
             yaml.push_str("---\n");
             yaml.push_str(&text);
         }
-        write(&dir.join("debugging.yaml"), &yaml)?;
+        write_file(&dir.join("debugging.yaml"), &yaml)?;
         let (key, value) = NODE_ANNOTATION;
         let args: Vec<String> = vec![
             "--config".into(),
@@ -203,8 +203,4 @@ pub fn locate() -> Result<PathBuf, Error> {
     } else {
         Err(Error::MissingKwok { path })
     }
-}
-
-fn write(path: &Path, contents: &str) -> Result<(), Error> {
-    std::fs::write(path, contents).map_err(|e| Error::io(format!("write {}", path.display()), e))
 }

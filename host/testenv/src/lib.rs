@@ -183,6 +183,11 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
+/// Writes `contents` to `path`; an error names the file.
+pub(crate) fn write_file(path: &std::path::Path, contents: &str) -> Result<(), Error> {
+    std::fs::write(path, contents).map_err(|e| Error::io(format!("write {}", path.display()), e))
+}
+
 impl Error {
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         Self::Io {

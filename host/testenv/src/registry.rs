@@ -24,7 +24,7 @@ use rand::distr::Alphanumeric;
 
 use crate::pki::Pki;
 use crate::process::Supervised;
-use crate::{Error, binaries, readiness};
+use crate::{Error, binaries, readiness, write_file};
 
 /// The environment variable that overrides where the registry binary is: the binary itself, or a
 /// directory holding `registry`.
@@ -119,10 +119,10 @@ impl Registry {
         let storage = dir.join("storage");
         std::fs::create_dir_all(&storage)
             .map_err(|e| Error::io(format!("create {}", storage.display()), e))?;
-        write(&dir.join("tls.crt"), &serving.cert_pem)?;
-        write(&dir.join("tls.key"), &serving.key_pem)?;
-        write(&dir.join("ca.crt"), &pki.ca_pem())?;
-        write(&dir.join("htpasswd"), &format!("{USERNAME}:{hash}\n"))?;
+        write_file(&dir.join("tls.crt"), &serving.cert_pem)?;
+        write_file(&dir.join("tls.key"), &serving.key_pem)?;
+        write_file(&dir.join("ca.crt"), &pki.ca_pem())?;
+        write_file(&dir.join("htpasswd"), &format!("{USERNAME}:{hash}\n"))?;
         let secret: String = rand::rng()
             .sample_iter(&Alphanumeric)
             .take(32)
@@ -150,7 +150,7 @@ impl Registry {
                 std::io::Error::other(e),
             )
         })?;
-        write(&config_path, &yaml)?;
+        write_file(&config_path, &yaml)?;
 
         let args = vec!["serve".to_owned(), config_path.display().to_string()];
         let cleanup = (!keep_dir).then_some(dir.as_path());
@@ -277,10 +277,6 @@ pub fn locate() -> Result<PathBuf, Error> {
 
 fn cache_dir() -> Result<PathBuf, Error> {
     binaries::printed_dir("build-registry.sh")
-}
-
-fn write(path: &Path, contents: &str) -> Result<(), Error> {
-    std::fs::write(path, contents).map_err(|e| Error::io(format!("write {}", path.display()), e))
 }
 
 /// An error and its causes on one line: reqwest's own message omits the TLS or socket reason.
