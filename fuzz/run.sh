@@ -29,6 +29,20 @@ libfuzzer_flags=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
 
 log() { printf 'fuzz: %s\n' "$*" >&2; }
 
+# Every change to the workspace leaves the previous build's artifacts behind in the cached target
+# directory, and the disk is shared with the rest of CI: past FUZZ_TARGET_MAX_GB (default 6) the
+# directory is dropped and rebuilt. Incremental state would only add to it (each run is one build).
+export CARGO_INCREMENTAL=0
+prune_target_dir() {
+  local max_gb=${FUZZ_TARGET_MAX_GB:-6} kb
+  [ -d "$target_dir" ] || return 0
+  kb=$(du -sk "$target_dir" | cut -f1)
+  if [ "$kb" -gt $(( max_gb * 1024 * 1024 )) ]; then
+    log "$target_dir holds $(( kb / 1024 / 1024 )) GB (over ${max_gb}): dropping it"
+    rm -rf "$target_dir"
+  fi
+}
+
 cargo_fuzz() {
   if ! command -v cargo-fuzz >/dev/null; then
     local root="$cache/cargo-fuzz-$CARGO_FUZZ_VERSION"
@@ -72,6 +86,7 @@ case "$mode" in
   smoke)
     seconds=${2:?seconds}
     start=$(date +%s)
+    prune_target_dir
     cargo_fuzz build "${build_flags[@]}" --dev
     log "built in $(( $(date +%s) - start ))s"
     scratch=$(mktemp -d)
