@@ -21,7 +21,8 @@ use crate::backoff::ProviderBackoff;
 pub struct CatalogConfig {
     /// How long a provider's answer is fresh.
     pub ttl: Duration,
-    /// How long one provider may take to answer.
+    /// How long one provider may take to answer; zero: as long as it takes (a paused clock
+    /// would otherwise jump to the deadline while the answer is on its way).
     pub fetch_timeout: Duration,
 }
 
@@ -195,16 +196,20 @@ impl Inner {
         query: &OfferQuery,
     ) -> Result<Arc<Vec<Offer>>, ProviderError> {
         let id = p.id();
-        let result =
-            match tokio::time::timeout(self.config.fetch_timeout, p.list_offers(query)).await {
+        let limit = self.config.fetch_timeout;
+        let result = if limit.is_zero() {
+            p.list_offers(query).await
+        } else {
+            match tokio::time::timeout(limit, p.list_offers(query)).await {
                 Ok(result) => result,
                 Err(_) => Err(ProviderError::new(
                     id,
                     Operation::ListOffers,
                     FailureClass::Timeout,
-                    format!("no answer within {:?}", self.config.fetch_timeout),
+                    format!("no answer within {limit:?}"),
                 )),
-            };
+            }
+        };
         self.store(id, query, result)
     }
 

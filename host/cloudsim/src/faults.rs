@@ -113,6 +113,13 @@ impl Faults {
         self.next_id
     }
 
+    /// Disarms one rule; false if it is not armed (spent or never added).
+    pub fn remove(&mut self, id: u64) -> bool {
+        let before = self.armed.len();
+        self.armed.retain(|a| a.id != id);
+        self.armed.len() != before
+    }
+
     /// Disarms everything.
     pub fn clear(&mut self) {
         self.armed.clear();

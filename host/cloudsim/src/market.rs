@@ -86,6 +86,24 @@ impl Market {
         }
     }
 
+    /// Sets an offer's price and spot minimum bid (`None`: not rentable as spot); false if there
+    /// is no such offer. Instances already rented keep the price they were rented at.
+    pub fn set_price(
+        &mut self,
+        id: u64,
+        price_per_hour: f64,
+        spot_price_per_hour: Option<f64>,
+    ) -> bool {
+        match self.offers.iter_mut().find(|offer| offer.id == id) {
+            Some(offer) => {
+                offer.config.price_per_hour = price_per_hour;
+                offer.config.spot_price_per_hour = spot_price_per_hour;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Removes an offer, as when another customer rents it; false if there is no such offer.
     pub fn remove(&mut self, id: u64) -> bool {
         let before = self.offers.len();

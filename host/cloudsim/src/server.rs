@@ -255,6 +255,11 @@ impl SimHandle {
         self.core.faults.lock().add(rule)
     }
 
+    /// Disarms one fault (a window of trouble that ends); false if it is not armed.
+    pub fn remove_fault(&self, id: u64) -> bool {
+        self.core.faults.lock().remove(id)
+    }
+
     /// Disarms every fault.
     pub fn clear_faults(&self) {
         self.core.faults.lock().clear();
@@ -284,6 +289,14 @@ impl SimHandle {
     /// Sets an offer's remaining capacity (0 exhausts it).
     pub fn set_capacity(&self, offer_id: u64, available: u32) -> bool {
         self.core.market.lock().set_capacity(offer_id, available)
+    }
+
+    /// Sets an offer's price and spot minimum bid (what a market replay moves).
+    pub fn set_price(&self, offer_id: u64, price_per_hour: f64, spot: Option<f64>) -> bool {
+        self.core
+            .market
+            .lock()
+            .set_price(offer_id, price_per_hour, spot)
     }
 
     /// Removes an offer from the market.

@@ -37,6 +37,7 @@ fn http() -> HttpConfig {
         max_attempts: 2,
         backoff_ms: 10,
         max_retry_wait_ms: 20,
+        ..HttpConfig::default()
     }
 }
 

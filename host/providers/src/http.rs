@@ -48,13 +48,20 @@ impl fmt::Debug for ApiKey {
 }
 
 /// Timeouts and retry budget of one adapter's HTTP client.
+///
+/// A zero timeout means none. That is for a paused tokio clock (the market replay): it moves
+/// to the next pending timer whenever the runtime waits, even for a response, so any timer
+/// armed during a request would fire at once and move simulated time.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
-    /// Whole-request timeout in milliseconds.
+    /// Whole-request timeout in milliseconds; 0: none.
     pub timeout_ms: u64,
-    /// Connection timeout in milliseconds.
+    /// Connection timeout in milliseconds; 0: none.
     pub connect_timeout_ms: u64,
+    /// How long an idle pooled connection is kept, in milliseconds; 0: until the server
+    /// closes it (no idle timer).
+    pub idle_timeout_ms: u64,
     /// Attempts per safe call, including the first (at least 1).
     pub max_attempts: u32,
     /// First backoff between attempts when the provider gives no Retry-After; doubles each time.
@@ -68,6 +75,7 @@ impl Default for HttpConfig {
         HttpConfig {
             timeout_ms: 30_000,
             connect_timeout_ms: 10_000,
+            idle_timeout_ms: 90_000,
             max_attempts: 3,
             backoff_ms: 250,
             max_retry_wait_ms: 30_000,
@@ -133,11 +141,17 @@ impl Http {
         key: ApiKey,
         config: HttpConfig,
     ) -> Result<Http, reqwest::Error> {
-        let client = Client::builder()
-            .timeout(Duration::from_millis(config.timeout_ms))
-            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
-            .user_agent(concat!("neocloud-node/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+        let millis = |ms: u64| (ms > 0).then(|| Duration::from_millis(ms));
+        let mut builder = Client::builder()
+            .pool_idle_timeout(millis(config.idle_timeout_ms))
+            .user_agent(concat!("neocloud-node/", env!("CARGO_PKG_VERSION")));
+        if let Some(timeout) = millis(config.timeout_ms) {
+            builder = builder.timeout(timeout);
+        }
+        if let Some(timeout) = millis(config.connect_timeout_ms) {
+            builder = builder.connect_timeout(timeout);
+        }
+        let client = builder.build()?;
         let base = base.trim_end_matches('/').to_owned();
         Ok(Http {
             client,

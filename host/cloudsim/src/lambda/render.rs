@@ -27,14 +27,35 @@ fn region_description(name: &str) -> String {
     format!("{area} ({name})")
 }
 
+/// The GPU as Lambda describes it, with the form factor after the memory as the real API
+/// writes it ("H100 (80 GB SXM5)" for `gpu_1x_h100_sxm5`, "A100 (40 GB PCIe)" for
+/// `gpu_1x_a100`): the type name's `sxm…` or `pcie` part, else PCIe for the cards Lambda
+/// sells as such.
+fn gpu_description(type_name: &str, memory_gb: u32) -> String {
+    let mut parts = type_name.split('_').skip(2);
+    let gpu = parts.next().unwrap_or(type_name).to_uppercase();
+    let form = match parts.find(|p| p.starts_with("sxm") || *p == "pcie") {
+        Some("pcie") => Some("PCIe".to_owned()),
+        Some(form) => Some(form.to_uppercase()),
+        None if matches!(gpu.as_str(), "A10" | "A100" | "A6000" | "RTX6000") => {
+            Some("PCIe".to_owned())
+        }
+        None => None,
+    };
+    match form {
+        Some(form) => format!("{gpu} ({memory_gb} GB {form})"),
+        None => format!("{gpu} ({memory_gb} GB)"),
+    }
+}
+
 /// An instance type object.
 pub(crate) fn instance_type(offer: &Offer) -> Value {
     let c = &offer.config;
-    let gpu = c.gpu.split('_').nth(2).unwrap_or(&c.gpu).to_uppercase();
+    let gpu_description = gpu_description(&c.gpu, c.gpu_memory_gb);
     json!({
         "name": c.gpu,
-        "description": format!("{}x {gpu} ({} GB)", c.gpu_count, c.gpu_memory_gb),
-        "gpu_description": format!("{gpu} ({} GB)", c.gpu_memory_gb),
+        "description": format!("{}x {gpu_description}", c.gpu_count),
+        "gpu_description": gpu_description,
         "price_cents_per_hour": (c.price_per_hour * 100.0).round() as u64,
         "specs": { "vcpus": c.vcpus, "memory_gib": c.ram_gb, "storage_gib": c.disk_gb, "gpus": c.gpu_count },
     })
@@ -96,4 +117,21 @@ pub(crate) fn instance(instance: &Instance, core: &Core, now: Instant) -> Value 
             "cold_reboot": action(status == "active"), "terminate": action(alive),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpu_description;
+
+    #[test]
+    fn gpu_descriptions_carry_the_form_factor_as_lambda_writes_them() {
+        assert_eq!(gpu_description("gpu_1x_h100_sxm5", 80), "H100 (80 GB SXM5)");
+        assert_eq!(
+            gpu_description("gpu_8x_a100_80gb_sxm4", 80),
+            "A100 (80 GB SXM4)"
+        );
+        assert_eq!(gpu_description("gpu_1x_a100", 40), "A100 (40 GB PCIe)");
+        assert_eq!(gpu_description("gpu_1x_gh200", 96), "GH200 (96 GB)");
+        assert_eq!(gpu_description("gpu_1x_h100_pcie", 80), "H100 (80 GB PCIe)");
+    }
 }

@@ -79,6 +79,7 @@ pub fn http_config() -> HttpConfig {
         max_attempts: 3,
         backoff_ms: 20,
         max_retry_wait_ms: 50,
+        ..HttpConfig::default()
     }
 }
 

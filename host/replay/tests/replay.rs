@@ -1,0 +1,298 @@
+//! The replay end to end: the simulators, the broker and the adapters on a paused clock, with
+//! hand-made markets for the cases that must happen (a reclaim, a window of refusals, a budget)
+//! and a generated day of market under every shipped strategy.
+
+use std::path::PathBuf;
+
+use neocloud_cloudsim::{OfferConfig, Timing};
+use neocloud_replay::generate::{MarketParams, generate};
+use neocloud_replay::harness::{Options, Outcome, run};
+use neocloud_replay::jobs::{self, Job, JobParams};
+use neocloud_replay::report;
+use neocloud_replay::strategy::{Compiled, Strategy};
+use neocloud_replay::trace::{Change, Cloud, Event, FORMAT, Header, Trace};
+
+fn shipped(name: &str) -> Compiled {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("strategies")
+        .join(format!("{name}.json"));
+    Strategy::read(&path).unwrap().compile().unwrap()
+}
+
+fn vast_offer(id: u64, gpu: &str, price: f64, capacity: u32) -> OfferConfig {
+    serde_json::from_value(serde_json::json!({
+        "id": null, "gpu": gpu, "gpu_count": 1, "gpu_memory_gb": 80, "region": "Dallas, US",
+        "price_per_hour": price, "spot_price_per_hour": price * 0.5, "capacity": capacity,
+        "reliability": 0.99
+    }))
+    .map(|mut o: OfferConfig| {
+        o.id = Some(id);
+        o
+    })
+    .unwrap()
+}
+
+/// One Vast offer of H100s, quick boots, and the events given.
+fn market(duration_s: u64, events: Vec<Event>) -> Trace {
+    Trace {
+        header: Header {
+            format: FORMAT.to_owned(),
+            duration_s,
+            seed: None,
+            sources: None,
+            parameters: None,
+        },
+        timings: Cloud::ALL
+            .iter()
+            .map(|c| {
+                (
+                    *c,
+                    Timing {
+                        provisioning_ms: 10_000,
+                        starting_ms: 20_000,
+                        terminating_ms: 5_000,
+                    },
+                )
+            })
+            .collect(),
+        offers: vec![(Cloud::Vast, vast_offer(7, "H100 SXM", 2.0, 4))],
+        events,
+    }
+}
+
+fn job(id: &str, arrival_s: u64, work_s: u64, spot_ok: bool) -> Job {
+    Job {
+        id: id.to_owned(),
+        arrival_s,
+        work_s,
+        gpus: 1,
+        models: vec!["H100".to_owned()],
+        spot_ok,
+        max_price_per_hour: None,
+    }
+}
+
+fn reclaim(at_s: u64) -> Event {
+    Event {
+        at_s,
+        provider: Cloud::Vast,
+        change: Change::Reclaim { offer_id: 7 },
+    }
+}
+
+async fn replay(trace: &Trace, jobs: &[Job], strategy: &Compiled) -> Outcome {
+    let outcome = run(trace, jobs, strategy, &Options::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.violations,
+        Vec::<String>::new(),
+        "{}",
+        outcome.strategy
+    );
+    outcome
+}
+
+/// Spot or not, per instance, in the order rented.
+fn spot_sequence(outcome: &Outcome) -> Vec<bool> {
+    let mut ledger = outcome.ledger.clone();
+    ledger.sort_by(|a, b| a.1.total_cmp(&b.1));
+    ledger.iter().map(|(_, _, e)| e.spot).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reclaim_is_noticed_at_the_next_poll_and_the_work_is_placed_again_from_scratch() {
+    let trace = market(6 * 3600, vec![reclaim(1800)]);
+    let jobs = [job("train", 0, 3600, true)];
+    let outcome = replay(&trace, &jobs, &shipped("default")).await;
+    let j = &outcome.jobs[0];
+    assert_eq!(j.preemptions, 1, "{j:?}");
+    assert_eq!(j.rentals, 2, "{j:?}");
+    assert!(j.completed, "{j:?}");
+    assert_eq!(j.detection_delays_s.len(), 1);
+    assert!(
+        j.detection_delays_s[0] <= Options::default().poll_s as f64,
+        "noticed {} s after the reclaim",
+        j.detection_delays_s[0]
+    );
+    assert_eq!(spot_sequence(&outcome), [true, true]);
+    // The first instance was billed only until the reclaim; the work ran again in full.
+    let summary = report::summarize(&jobs, &outcome);
+    assert!((summary.useful_gpu_hours - 1.0).abs() < 1e-9);
+    assert!(summary.billed_gpu_hours > 1.4, "{summary:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_two_preemptions_the_default_and_the_cel_sample_rent_on_demand() {
+    let trace = market(8 * 3600, vec![reclaim(1200), reclaim(2400)]);
+    let jobs = [job("train", 0, 3600, true)];
+    for name in ["default", "cel-spot-then-on-demand"] {
+        let outcome = replay(&trace, &jobs, &shipped(name)).await;
+        assert_eq!(outcome.jobs[0].preemptions, 2, "{name}");
+        assert_eq!(spot_sequence(&outcome), [true, true, false], "{name}");
+        assert!(outcome.jobs[0].completed, "{name}");
+    }
+    // A job that does not tolerate spot never gets it, reclaims or not.
+    let strict = [job("serve", 0, 3600, false)];
+    let outcome = replay(&trace, &strict, &shipped("default")).await;
+    assert_eq!(spot_sequence(&outcome), [false]);
+    assert_eq!(outcome.jobs[0].preemptions, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_of_capacity_refusals_delays_the_rental_until_it_ends() {
+    let refusals = Event {
+        at_s: 0,
+        provider: Cloud::Vast,
+        change: Change::RefuseCapacity { for_s: 900 },
+    };
+    let trace = market(4 * 3600, vec![refusals]);
+    let jobs = [job("train", 0, 600, false)];
+    let outcome = replay(&trace, &jobs, &shipped("cheapest-first")).await;
+    let ttr = outcome.jobs[0].time_to_running_s.unwrap();
+    assert!(
+        ttr >= 900.0,
+        "Running {ttr} s after arrival, inside the window"
+    );
+    assert!(
+        ttr < 900.0 + 60.0 + 30.0 + 30.0 + 60.0,
+        "Running only {ttr} s after arrival"
+    );
+    assert_eq!(outcome.ledger.len(), 1, "refused creates rent nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_cluster_budget_holds_jobs_back_instead_of_overspending() {
+    let trace = market(6 * 3600, vec![]);
+    let jobs = [
+        job("a", 0, 3600, false),
+        job("b", 0, 3600, false),
+        job("c", 0, 3600, false),
+    ];
+    let capped = Strategy {
+        budget_usd_per_hour: Some(4.5),
+        ..shipped("cheapest-first").strategy
+    }
+    .compile()
+    .unwrap();
+    let outcome = replay(&trace, &jobs, &capped).await;
+    assert!(report::peak_burn(&outcome.ledger) <= 4.5);
+    assert!(
+        outcome.jobs.iter().all(|j| j.completed),
+        "{:?}",
+        outcome.jobs
+    );
+    let mut ttr: Vec<f64> = outcome
+        .jobs
+        .iter()
+        .filter_map(|j| j.time_to_running_s)
+        .collect();
+    ttr.sort_by(f64::total_cmp);
+    assert!(
+        ttr[2] >= 3600.0,
+        "the third job waited for a budget slot: {ttr:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_generated_day_under_every_shipped_strategy_keeps_every_invariant() {
+    let mut params = MarketParams::week();
+    params.duration_s = 36 * 3600;
+    let trace = generate(&params, 20261204);
+    let mut mix = JobParams::week();
+    mix.count = 40;
+    mix.arrivals_over_s = 24 * 3600;
+    let jobs = jobs::generate(&mix, 20261204);
+    let mut outcomes = Vec::new();
+    for name in [
+        "single-provider",
+        "cheapest-first",
+        "default",
+        "cel-spot-then-on-demand",
+    ] {
+        outcomes.push(replay(&trace, &jobs, &shipped(name)).await);
+    }
+    let summaries = report::compare(&jobs, &outcomes);
+    for s in &summaries {
+        assert!(s.completed >= 30, "{s:?}");
+        assert!(s.usd_per_common_gpu_hour.is_finite(), "{s:?}");
+    }
+    let spot: Vec<usize> = summaries.iter().map(|s| s.spot_instances).collect();
+    assert_eq!(
+        spot[0] + spot[1],
+        0,
+        "on-demand strategies rented spot: {spot:?}"
+    );
+    assert!(
+        spot[2] > 0 && spot[3] > 0,
+        "spot strategies rented none: {spot:?}"
+    );
+    // Only RunPod for the single-provider strategy.
+    assert!(
+        outcomes[0]
+            .ledger
+            .iter()
+            .all(|(c, _, _)| *c == Cloud::Runpod)
+    );
+}
+
+#[test]
+fn a_bad_trace_is_refused_naming_the_line_and_the_field() {
+    let header = r#"{"kind":"header","format":"neocloud-market-trace/v1","duration_s":100}"#;
+    let offer = r#"{"kind":"offer","provider":"vast","offer_id":1,"offer":{"gpu":"RTX 4090","region":"x","price_per_hour":0.4,"capacity":1}}"#;
+    let read = |lines: &[&str]| {
+        Trace::read(lines.join("\n").as_bytes())
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        read(&[offer]),
+        "trace line 1: the first record must be the header"
+    );
+    assert_eq!(
+        read(&[&header.replace("v1", "v9")]),
+        "trace line 1: format is \"neocloud-market-trace/v9\"; this replay reads \"neocloud-market-trace/v1\""
+    );
+    assert_eq!(
+        read(&[
+            header,
+            offer,
+            r#"{"kind":"reclaim","at_s":5,"provider":"vast","offer_id":2}"#
+        ]),
+        "trace line 3: offer_id 2 is not an offer of vast"
+    );
+    assert_eq!(
+        read(&[
+            header,
+            offer,
+            r#"{"kind":"capacity","at_s":50,"provider":"vast","offer_id":1,"available":0}"#,
+            r#"{"kind":"capacity","at_s":40,"provider":"vast","offer_id":1,"available":1}"#
+        ]),
+        "trace line 4: at_s is 40 (before the previous event's 50)"
+    );
+    assert_eq!(
+        read(&[
+            header,
+            offer,
+            r#"{"kind":"price","at_s":5,"provider":"vast","offer_id":1,"price_per_hour":-1}"#
+        ]),
+        "trace line 3: price_per_hour is -1 (must be above 0)"
+    );
+    assert_eq!(
+        read(&[
+            header,
+            offer,
+            r#"{"kind":"reclaim","at_s":500,"provider":"vast","offer_id":1}"#
+        ]),
+        "trace line 3: at_s is 500 (after the trace's duration_s 100)"
+    );
+    assert_eq!(
+        read(&[header, offer, offer]),
+        "trace line 3: offer_id 1 of vast twice"
+    );
+    let unknown = read(&[header, r#"{"kind":"discount","at_s":1}"#]);
+    assert!(
+        unknown.starts_with("trace line 2: unknown variant `discount`"),
+        "{unknown}"
+    );
+}
