@@ -10,7 +10,7 @@ use std::fmt;
 use std::future::ready;
 
 use async_trait::async_trait;
-use neocloud_core::{FailureClass, InstanceState, Offer, OfferQuery, ProviderId};
+use neocloud_core::{FailureClass, InstancePhase, InstanceState, Offer, OfferQuery, ProviderId};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -85,6 +85,31 @@ impl RunpodProvider {
                     .with_code("decode"))
             }
         }
+    }
+
+    /// Marks stopped pods that are interruptible. A v2 pod does not say whether it is a spot
+    /// pod, and a stopped spot pod is a reclaim (RunPod shows an eviction as `EXITED` on an
+    /// `INTERRUPTABLE` pod): for each stopped pod, GraphQL's `podType` tells.
+    async fn mark_reclaimable(
+        &self,
+        call: Call<'_>,
+        states: &mut [InstanceState],
+    ) -> Result<(), ProviderError> {
+        for state in states
+            .iter_mut()
+            .filter(|s| s.phase == InstancePhase::Stopped && !s.interruptible)
+        {
+            let body = GqlRequest {
+                query: wire::POD_TYPE,
+                variables: json!({ "input": { "podId": state.id } }),
+            };
+            let answer: wire::PodTypeAnswer = self.gql(call, Safety::Retryable, &body).await?;
+            state.interruptible = answer
+                .pod
+                .and_then(|p| p.pod_type)
+                .is_some_and(|t| t.eq_ignore_ascii_case("INTERRUPTABLE"));
+        }
+        Ok(())
     }
 
     async fn spot_prices(&self, call: Call<'_>) -> Result<SpotTable, ProviderError> {
@@ -294,7 +319,9 @@ impl Provider for RunpodProvider {
             .http
             .optional(call, rest_error, |c| c.get(&url))
             .await?;
-        Ok(pod.as_ref().map(convert::state))
+        let mut states: Vec<InstanceState> = pod.as_ref().map(convert::state).into_iter().collect();
+        self.mark_reclaimable(call, &mut states).await?;
+        Ok(states.pop())
     }
 
     async fn find_by_name(
@@ -316,12 +343,14 @@ impl Provider for RunpodProvider {
     async fn list_ours(&self, prefix: &str) -> Result<Vec<InstanceState>, ProviderError> {
         let call = Call::new(Operation::ListOurs, Some(prefix));
         let pods = self.pods(call).await?;
-        Ok(pods
+        let mut states: Vec<InstanceState> = pods
             .iter()
             .filter(|p| p.name.starts_with(prefix))
             .map(convert::state)
             .filter(|s| !s.phase.is_terminal())
-            .collect())
+            .collect();
+        self.mark_reclaimable(call, &mut states).await?;
+        Ok(states)
     }
 
     async fn delete(&self, id: &str) -> Result<(), ProviderError> {

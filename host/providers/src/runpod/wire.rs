@@ -175,6 +175,25 @@ pub(crate) struct GqlExtensions {
 /// The spot mutation.
 pub(crate) const RENT_INTERRUPTABLE: &str = "mutation Rent($input: PodRentInterruptableInput!) { podRentInterruptable(input: $input) { id } }";
 
+/// A pod's type: v2 pods do not say whether they are interruptible; GraphQL's `podType` does
+/// (`INTERRUPTABLE`, or `ON_DEMAND`/`RESERVED`).
+pub(crate) const POD_TYPE: &str =
+    "query PodType($input: PodFilter!) { pod(input: $input) { id podType } }";
+
+/// `data` of the pod type query (`pod` is null for an unknown pod).
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct PodTypeAnswer {
+    pub pod: Option<PodType>,
+}
+
+/// A pod's id and type.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PodType {
+    #[serde(default)]
+    pub pod_type: Option<String>,
+}
+
 /// The spot price query.
 pub(crate) const SPOT_PRICES: &str =
     "query SpotPrices { gpuTypes { id secureSpotPrice communitySpotPrice } }";

@@ -127,6 +127,10 @@ macro_rules! spot_conformance {
             p.delete(&created.id).await.unwrap();
             assert_eq!(cloud.ledger().live(), 0);
         }
+        #[tokio::test]
+        async fn a_reclaimed_spot_instance_is_told_apart_from_a_stopped_on_demand_one() {
+            $crate::suite::spot_reclaim(&*$start().await).await
+        }
     };
 }
 

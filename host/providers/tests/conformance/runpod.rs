@@ -103,3 +103,26 @@ impl Cloud for RunpodCloud {
 crate::conformance!(start, "doesnotexist1");
 crate::spot_conformance!(start);
 crate::http_conformance!(start);
+
+/// RunPod's v2 pods do not say whether they are spot: a stopped on-demand pod must not pass
+/// for a reclaim (the adapter asks GraphQL, whose `podType` is `RESERVED` for it).
+#[tokio::test]
+async fn a_stopped_on_demand_pod_is_no_reclaim() {
+    let cloud = start().await;
+    let p = cloud.provider();
+    let offer = harness::cheapest(&*p, &harness::on_demand()).await;
+    let created = p
+        .create(&harness::request("nc-stopped", &offer))
+        .await
+        .unwrap();
+    crate::suite::wait_running(&*p, &created.id).await;
+    assert!(cloud.preempt(&created.id), "the simulator stops it");
+    let seen = p.get(&created.id).await.unwrap().expect("still exists");
+    assert_eq!(
+        seen.phase,
+        neocloud_core::InstancePhase::Stopped,
+        "{seen:?}"
+    );
+    assert!(!seen.reclaimed(), "{seen:?}");
+    p.delete(&created.id).await.unwrap();
+}

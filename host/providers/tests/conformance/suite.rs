@@ -247,6 +247,29 @@ pub async fn preemption(cloud: &dyn Cloud) {
     delete_all(cloud, "nc-pre").await;
 }
 
+/// A reclaimed spot instance is reported stopped and `reclaimed()` by `get` and `list_ours`
+/// (the node counts it as a preemption). RunPod's v2 pods do not say whether they are spot:
+/// the adapter asks GraphQL for the pod type.
+pub async fn spot_reclaim(cloud: &dyn Cloud) {
+    let p = cloud.provider();
+    let spot = harness::cheapest(&*p, &harness::spot()).await;
+    let created = p
+        .create(&harness::request("nc-reclaim", &spot))
+        .await
+        .unwrap();
+    wait_running(&*p, &created.id).await;
+    assert!(cloud.preempt(&created.id));
+    let seen = p.get(&created.id).await.unwrap().expect("still exists");
+    assert_eq!(seen.phase, InstancePhase::Stopped, "{seen:?}");
+    assert!(seen.reclaimed(), "a reclaimed spot instance: {seen:?}");
+    let listed = p.list_ours("nc-reclaim").await.unwrap();
+    assert!(
+        listed.iter().any(|i| i.id == created.id && i.reclaimed()),
+        "{listed:?}"
+    );
+    delete_all(cloud, "nc-reclaim").await;
+}
+
 pub async fn pagination(cloud: &dyn Cloud) {
     cloud.seed(30, "nc-page-").await;
     cloud.seed(2, "other-").await;
