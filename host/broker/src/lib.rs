@@ -20,6 +20,7 @@ pub mod policy;
 pub mod price_guard;
 pub mod record;
 pub mod rent;
+pub mod wasm;
 
 pub use backoff::ProviderBackoff;
 pub use broker::{Broker, CostSnapshot, Placement};

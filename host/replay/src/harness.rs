@@ -495,7 +495,10 @@ impl Replay<'_> {
         let workload = self.strategy.workload(job, &state.history);
         let broker = Broker {
             planner: self.strategy.planner(&workload),
-            renter: self.renter.clone(),
+            renter: Renter {
+                fallback: self.strategy.fallback(Arc::clone(&self.renter.fallback)),
+                ..self.renter.clone()
+            },
         };
         let name = format!("{NAME_PREFIX}{}-{}", job.id, state.generation);
         let recorder = Recorder::default();
@@ -576,6 +579,16 @@ impl Replay<'_> {
             let instance = seen.get(&(rented.provider, rented.instance_id.clone()));
             match self.states[index].phase {
                 Phase::Retiring if is_gone(instance) => self.retired(index),
+                Phase::Retiring => {
+                    // The delete failed (a 429 window, say): ask again, as the node does.
+                    let provider = self.providers.get(&rented.provider).cloned();
+                    let id = rented.instance_id.clone();
+                    if let Some(provider) = provider
+                        && let Err(error) = provider.delete(&id).await
+                    {
+                        tracing::debug!(%error, instance = %id, "delete failed again");
+                    }
+                }
                 Phase::Booting | Phase::Running => {
                     let Some(i) = instance else {
                         self.stopped(index, FailureClass::Lost, "the provider no longer lists it")
@@ -615,6 +628,7 @@ impl Replay<'_> {
     /// The instance stopped without us: the attempt is recorded with its class, the instance
     /// deleted, and the job placed again once it is gone.
     async fn stopped(&mut self, index: usize, class: FailureClass, message: &str) {
+        tracing::debug!(job = %self.jobs[index].id, ?class, message, "instance stopped");
         let state = &mut self.states[index];
         if class == FailureClass::Preempted {
             state.outcome.preemptions += 1;

@@ -41,7 +41,8 @@ enum Command {
         out: PathBuf,
     },
     /// Replays a trace and jobs under each strategy; writes OUT/report.md, OUT/summary.json,
-    /// OUT/cost-by-hour.csv and OUT/instances.csv (every instance billed).
+    /// OUT/cost-by-hour.csv, OUT/instances.csv (every instance billed), OUT/jobs.csv (every job)
+    /// and the plots OUT/cost.png, OUT/time-to-running.png and OUT/market.png.
     Run {
         /// The trace (JSON Lines).
         #[arg(long)]
@@ -138,6 +139,9 @@ fn run(
     };
     let mut outcomes = Vec::new();
     let mut series = Vec::new();
+    let mut job_rows = String::from(
+        "strategy,job,time_to_running_s,completed,preemptions,rentals,detection_delays_s\n",
+    );
     let mut instances = String::from(
         "strategy,provider,instance,name,offer,spot,price_per_hour,created_s,billed_s,cost_usd\n",
     );
@@ -173,6 +177,23 @@ fn run(
                 e.price_per_hour,
                 e.billed_seconds,
                 e.cost_usd
+            ));
+        }
+        for j in &outcome.jobs {
+            job_rows.push_str(&format!(
+                "{},{},{},{},{},{},{}\n",
+                summary.strategy,
+                j.id,
+                j.time_to_running_s
+                    .map_or(String::new(), |s| format!("{s:.0}")),
+                j.completed,
+                j.preemptions,
+                j.rentals,
+                j.detection_delays_s
+                    .iter()
+                    .map(|d| format!("{d:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
             ));
         }
         outcomes.push(outcome);
@@ -228,6 +249,7 @@ fn run(
     }
     std::fs::write(out.join("cost-by-hour.csv"), csv)?;
     std::fs::write(out.join("instances.csv"), instances)?;
+    std::fs::write(out.join("jobs.csv"), job_rows)?;
     plot::cumulative_cost(&out.join("cost.png"), &series)?;
     let ttr: Vec<(String, Vec<f64>)> = outcomes
         .iter()

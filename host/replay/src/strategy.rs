@@ -1,19 +1,26 @@
 //! A placement strategy as a file a user can write: which providers, on-demand or spot where
-//! the job allows it, when to give up on spot, and optional CEL constraint and rank expressions
-//! (the same language, variables and limits as a BurstPolicy's `spec.cel`). The replay turns a
-//! job and a strategy into the [`WorkloadSpec`] and [`Planner`] the node would use.
+//! the job allows it, when to give up on spot, optional CEL constraint and rank expressions
+//! (the same language, variables and limits as a BurstPolicy's `spec.cel`), and an optional
+//! Wasm policy component (as a BurstPolicy's `spec.wasm`, run by the same engine and adapters
+//! as in the node). The replay turns a job and a strategy into the [`WorkloadSpec`],
+//! [`Planner`] and fallback policy the node would use.
 //!
 //! Not the fallback ladder: every strategy rents through the node's default ladder, so what
 //! differs between strategies is what they ask for and how they rank.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use neocloud_broker::{CelFilter, CelRanker, Planner};
+use neocloud_broker::wasm::{ExcludingPricing, Exclusions, WasmFallback, WasmPricing, WasmRanker};
+use neocloud_broker::{CelFilter, CelRanker, FallbackPolicy, Planner, PricingPolicy};
 use neocloud_core::{
     Attempt, CapacityType, FailureClass, GpuModel, GpuRequest, ProviderHints, ProviderId,
     WorkloadSpec,
 };
 use neocloud_policy::cel::{CelEngine, CelLimits, CompiledConstraint, CompiledRank};
+use neocloud_policy::wasm::{
+    EngineConfig, FailurePolicy, PolicySettings, PolicySource, Role, WasmEngine, WasmPolicy,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::jobs::Job;
@@ -54,6 +61,17 @@ pub struct Strategy {
     /// The cluster's budget in USD per hour, as the node's `--max-usd-per-hour`.
     #[serde(default)]
     pub budget_usd_per_hour: Option<f64>,
+    /// A Wasm policy component (placement, pricing or fallback world), relative to the
+    /// strategy file's directory.
+    #[serde(default)]
+    pub wasm: Option<PathBuf>,
+    /// What a failing Wasm policy does: `Fail` (the decision fails) or `Ignore` (the node's
+    /// default decides), as a BurstPolicy's `failurePolicy`.
+    #[serde(default)]
+    pub failure_policy: Option<String>,
+    /// The directory relative paths start from (the file's, when read from one).
+    #[serde(skip)]
+    pub dir: Option<PathBuf>,
 }
 
 /// A strategy that cannot be used.
@@ -84,6 +102,7 @@ pub struct Compiled {
     pub strategy: Strategy,
     constraint: Option<Arc<CompiledConstraint>>,
     rank: Option<Arc<CompiledRank>>,
+    wasm: Option<WasmPolicy>,
 }
 
 impl Strategy {
@@ -94,7 +113,10 @@ impl Strategy {
             message,
         };
         let text = std::fs::read_to_string(path).map_err(|e| file(e.to_string()))?;
-        serde_json::from_str(&text).map_err(|e| file(e.to_string()))
+        let mut strategy: Strategy =
+            serde_json::from_str(&text).map_err(|e| file(e.to_string()))?;
+        strategy.dir = path.parent().map(Path::to_path_buf);
+        Ok(strategy)
     }
 
     /// Checks the fields and compiles the expressions.
@@ -140,11 +162,41 @@ impl Strategy {
             ),
             None => None,
         };
+        let wasm = match &self.wasm {
+            Some(path) => Some(self.load_wasm(path).map_err(invalid)?),
+            None => None,
+        };
         Ok(Compiled {
             strategy: self.clone(),
             constraint,
             rank,
+            wasm,
         })
+    }
+
+    fn load_wasm(&self, path: &Path) -> Result<WasmPolicy, String> {
+        let path = match &self.dir {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.to_path_buf(),
+        };
+        let mut settings = PolicySettings::named(self.name.clone());
+        settings.failure_policy = match self.failure_policy.as_deref() {
+            None | Some("Fail") => FailurePolicy::Fail,
+            Some("Ignore") => FailurePolicy::Ignore,
+            Some(other) => {
+                return Err(format!(
+                    "failure_policy is {other:?} (Fail or Ignore, as a BurstPolicy's)"
+                ));
+            }
+        };
+        let engine = WasmEngine::new(EngineConfig::default()).map_err(|e| format!("wasm: {e}"))?;
+        let source = PolicySource::File {
+            path: path.clone(),
+            sha256: None,
+        };
+        engine
+            .load(&source, settings)
+            .map_err(|e| format!("wasm {}: {e}", path.display()))
     }
 }
 
@@ -196,8 +248,9 @@ impl Compiled {
         }
     }
 
-    /// The planner for one workload: the strategy's CEL where it has some, the node's defaults
-    /// (every offer, cheapest first, the minimum bid) where it has none.
+    /// The planner for one workload: the strategy's CEL and Wasm where it has some, the node's
+    /// defaults (every offer, cheapest first, the minimum bid) where it has none, composed as
+    /// the node composes a BurstPolicy's.
     pub fn planner(&self, w: &WorkloadSpec) -> Planner {
         let mut planner = Planner::default();
         if let Some(expr) = &self.constraint {
@@ -206,7 +259,37 @@ impl Compiled {
         if let Some(expr) = &self.rank {
             planner.ranker = Arc::new(CelRanker::new(Arc::clone(expr), w));
         }
+        if let Some(wasm) = &self.wasm {
+            let roles = &wasm.info().roles;
+            if roles.contains(&Role::Pricing) {
+                planner.pricing = Arc::new(WasmPricing::new(wasm.clone(), planner.pricing));
+            }
+            if roles.contains(&Role::Placement) {
+                let exclusions = Exclusions::default();
+                planner.ranker = Arc::new(WasmRanker::new(
+                    wasm.clone(),
+                    planner.ranker,
+                    exclusions.clone(),
+                ));
+                let pricing: Arc<dyn PricingPolicy> = Arc::new(ExcludingPricing::new(
+                    planner.pricing,
+                    exclusions,
+                    &self.strategy.name,
+                ));
+                planner.pricing = pricing;
+            }
+        }
         planner
+    }
+
+    /// The fallback policy: the strategy's Wasm fallback if it has one, else `default`.
+    pub fn fallback(&self, default: Arc<dyn FallbackPolicy>) -> Arc<dyn FallbackPolicy> {
+        match &self.wasm {
+            Some(wasm) if wasm.info().roles.contains(&Role::Fallback) => {
+                Arc::new(WasmFallback::new(wasm.clone(), default))
+            }
+            _ => default,
+        }
     }
 }
 

@@ -20,10 +20,14 @@ fn shipped(name: &str) -> Compiled {
 }
 
 fn vast_offer(id: u64, gpu: &str, price: f64, capacity: u32) -> OfferConfig {
+    vast_offer_of(id, gpu, price, capacity, 0.99)
+}
+
+fn vast_offer_of(id: u64, gpu: &str, price: f64, capacity: u32, reliability: f64) -> OfferConfig {
     serde_json::from_value(serde_json::json!({
         "id": null, "gpu": gpu, "gpu_count": 1, "gpu_memory_gb": 80, "region": "Dallas, US",
         "price_per_hour": price, "spot_price_per_hour": price * 0.5, "capacity": capacity,
-        "reliability": 0.99
+        "reliability": reliability
     }))
     .map(|mut o: OfferConfig| {
         o.id = Some(id);
@@ -123,6 +127,31 @@ async fn a_reclaim_is_noticed_at_the_next_poll_and_the_work_is_placed_again_from
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_reclaimed_runpod_pod_is_a_preemption_too() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("neocloud_replay=debug")
+        .try_init();
+    let mut trace = market(6 * 3600, vec![]);
+    let mut offer = MarketParams::week().offers[3].1.clone();
+    offer.id = Some(104);
+    trace.offers = vec![(Cloud::Runpod, offer)];
+    trace.events = vec![Event {
+        at_s: 1800,
+        provider: Cloud::Runpod,
+        change: Change::Reclaim { offer_id: 104 },
+    }];
+    let jobs = [job("train", 0, 3600, true)];
+    let outcome = replay(&trace, &jobs, &shipped("default")).await;
+    let j = &outcome.jobs[0];
+    assert_eq!(
+        (j.preemptions, j.rentals, j.completed),
+        (1, 2, true),
+        "{j:?}"
+    );
+    assert_eq!(spot_sequence(&outcome), [true, true]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn after_two_preemptions_the_default_and_the_cel_sample_rent_on_demand() {
     let trace = market(8 * 3600, vec![reclaim(1200), reclaim(2400)]);
     let jobs = [job("train", 0, 3600, true)];
@@ -159,6 +188,33 @@ async fn a_window_of_capacity_refusals_delays_the_rental_until_it_ends() {
         "Running only {ttr} s after arrival"
     );
     assert_eq!(outcome.ledger.len(), 1, "refused creates rent nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delete_refused_in_a_window_of_rate_limits_is_asked_again_and_nothing_leaks() {
+    let limits = Event {
+        at_s: 600,
+        provider: Cloud::Vast,
+        change: Change::RateLimit {
+            for_s: 900,
+            retry_after_s: 5,
+        },
+    };
+    let trace = market(4 * 3600, vec![limits]);
+    let jobs = [job("train", 0, 600, false)];
+    let outcome = replay(&trace, &jobs, &shipped("cheapest-first")).await;
+    assert!(outcome.jobs[0].completed);
+    let (_, created, entry) = &outcome.ledger[0];
+    let ended = entry.terminated_at.expect("deleted") - entry.created_at;
+    let ended_s = created + ended.num_seconds() as f64;
+    assert!(
+        ended_s >= 1500.0,
+        "deleted at {ended_s} s, inside the window of 429s (600 to 1500 s)"
+    );
+    assert!(
+        ended_s <= 1500.0 + 2.0 * Options::default().poll_s as f64,
+        "deleted only at {ended_s} s: the refused delete was not asked again after the window"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -233,6 +289,47 @@ async fn a_generated_day_under_every_shipped_strategy_keeps_every_invariant() {
             .ledger
             .iter()
             .all(|(c, _, _)| *c == Cloud::Runpod)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sample_wasm_policy_ranks_by_reliability_per_dollar_where_the_default_takes_the_cheapest()
+ {
+    let mut trace = market(4 * 3600, vec![]);
+    trace.offers = vec![
+        (Cloud::Vast, vast_offer_of(1, "H100 SXM", 2.00, 2, 0.96)),
+        (Cloud::Vast, vast_offer_of(2, "H100 SXM", 2.02, 2, 0.999)),
+    ];
+    let jobs = [job("train", 0, 600, false)];
+    let offer_rented = |outcome: &Outcome| outcome.ledger[0].2.offer_id;
+    let cheapest = replay(&trace, &jobs, &shipped("cheapest-first")).await;
+    assert_eq!(offer_rented(&cheapest), 1);
+    // policies/build/placement-c.wasm, built by `make policies` (`make test` builds it first).
+    let wasm = replay(&trace, &jobs, &shipped("wasm-reliable-per-dollar")).await;
+    assert_eq!(offer_rented(&wasm), 2, "0.999 / 2.02 beats 0.96 / 2.00");
+    assert!(wasm.jobs[0].completed);
+}
+
+#[test]
+fn a_strategy_with_a_missing_component_or_a_bad_failure_policy_is_refused_by_field() {
+    let base = shipped("wasm-reliable-per-dollar").strategy;
+    let missing = Strategy {
+        wasm: Some(PathBuf::from("no-such.wasm")),
+        ..base.clone()
+    };
+    let error = missing.compile().unwrap_err().to_string();
+    assert!(
+        error.starts_with("strategy wasm-reliable-per-dollar: wasm ")
+            && error.contains("no-such.wasm"),
+        "{error}"
+    );
+    let bad = Strategy {
+        failure_policy: Some("Retry".into()),
+        ..base
+    };
+    assert_eq!(
+        bad.compile().unwrap_err().to_string(),
+        "strategy wasm-reliable-per-dollar: failure_policy is \"Retry\" (Fail or Ignore, as a BurstPolicy's)"
     );
 }
 

@@ -12,18 +12,24 @@
 //! [`ExcludingPricing`], wrapped around whatever pricing the planner uses, rejects them, so they
 //! never become candidates.
 //!
-//! Not for loading components (see [`super::load`]) or mapping types (see [`super::wit`]).
+//! Here rather than in the node so that anything placing through the broker (the node, the
+//! market replay) runs Wasm policies the same way.
+//!
+//! Not for loading components (the node's `policies::load`, or [`WasmEngine::load`]) or
+//! mapping types (see [`wit`]).
+//!
+//! [`WasmEngine::load`]: neocloud_policy::wasm::WasmEngine::load
 
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 
-use neocloud_broker::{FallbackContext, FallbackPolicy, OfferRanker, PolicyError, PricingPolicy};
+use crate::{FallbackContext, FallbackPolicy, OfferRanker, PolicyError, PricingPolicy};
 use neocloud_core::{Attempt, FallbackAction, Offer, PriceDecision, ProviderId, WorkloadSpec};
 use neocloud_policy::wasm::bindings as wit_types;
 use neocloud_policy::wasm::{Evaluation, FailurePolicy, Verdict, WasmPolicy};
 
-use super::wit;
+pub mod wit;
 
 /// What the caller does with one evaluation.
 enum Outcome<T> {

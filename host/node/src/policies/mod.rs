@@ -18,8 +18,8 @@ mod load;
 mod oci;
 mod registry;
 mod status;
-pub mod wasm;
-pub mod wit;
+pub use neocloud_broker::wasm;
+pub use neocloud_broker::wasm::wit;
 
 pub use cel::Governed;
 pub use registry::{PolicyRegistry, PolicyUnavailable, Resolved};
