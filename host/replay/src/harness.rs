@@ -60,6 +60,9 @@ pub struct Options {
     /// After the trace ends, jobs still running get this long to finish; then they are
     /// stopped and counted as unfinished.
     pub drain_s: u64,
+    /// A job whose instance stopped without us this many times is failed, not placed again
+    /// (the node's `MAX_REPLACEMENTS`: a Pod fails after 5 replacements).
+    pub max_replacements: u32,
 }
 
 impl Default for Options {
@@ -69,6 +72,7 @@ impl Default for Options {
             retry_s: 60,
             give_up_s: 24 * 3600,
             drain_s: 2 * 86_400,
+            max_replacements: 5,
         }
     }
 }
@@ -92,6 +96,10 @@ pub struct JobOutcome {
     pub detection_delays_s: Vec<f64>,
     /// Instances it rented.
     pub rentals: u32,
+    /// Instances that stopped without us (preempted or lost).
+    pub replacements: u32,
+    /// Failed after the most replacements the node makes.
+    pub failed: bool,
 }
 
 /// A replay's result.
@@ -309,6 +317,8 @@ pub async fn run(
                 preemptions: 0,
                 detection_delays_s: Vec::new(),
                 rentals: 0,
+                replacements: 0,
+                failed: false,
             },
             then_place: false,
         })
@@ -629,10 +639,16 @@ impl Replay<'_> {
     /// deleted, and the job placed again once it is gone.
     async fn stopped(&mut self, index: usize, class: FailureClass, message: &str) {
         tracing::debug!(job = %self.jobs[index].id, ?class, message, "instance stopped");
+        let max = self.options.max_replacements;
         let state = &mut self.states[index];
         if class == FailureClass::Preempted {
             state.outcome.preemptions += 1;
         }
+        // The node replaces an instance that stopped without it at most this many times, then
+        // fails the Pod.
+        let again = state.outcome.replacements < max;
+        state.outcome.replacements += 1;
+        state.outcome.failed = !again;
         if let Some(rented) = &state.rental {
             let number = state.history.iter().map(|a| a.number).max().unwrap_or(0) + 1;
             let price = state
@@ -654,7 +670,7 @@ impl Replay<'_> {
                 },
             });
         }
-        self.retire(index, true).await;
+        self.retire(index, again).await;
     }
 
     /// Deletes the job's instance; `place` says whether the job is placed again once the

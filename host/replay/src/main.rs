@@ -140,7 +140,7 @@ fn run(
     let mut outcomes = Vec::new();
     let mut series = Vec::new();
     let mut job_rows = String::from(
-        "strategy,job,time_to_running_s,completed,preemptions,rentals,detection_delays_s\n",
+        "strategy,job,time_to_running_s,completed,failed,preemptions,replacements,rentals,detection_delays_s\n",
     );
     let mut instances = String::from(
         "strategy,provider,instance,name,offer,spot,price_per_hour,created_s,billed_s,cost_usd\n",

@@ -123,7 +123,9 @@ pub struct Summary {
     pub completed: usize,
     /// Jobs that never ran.
     pub never_placed: usize,
-    /// Jobs that ran but did not complete before the end of the replay.
+    /// Jobs failed after the most replacements the node makes (5).
+    pub failed: usize,
+    /// Jobs that ran, did not fail, and did not complete before the end of the replay.
     pub unfinished: usize,
     /// Instances rented.
     pub instances: usize,
@@ -206,10 +208,11 @@ pub fn summarize(jobs: &[Job], outcome: &Outcome) -> Summary {
             .iter()
             .filter(|j| j.time_to_running_s.is_none())
             .count(),
+        failed: outcome.jobs.iter().filter(|j| j.failed).count(),
         unfinished: outcome
             .jobs
             .iter()
-            .filter(|j| j.time_to_running_s.is_some() && !j.completed)
+            .filter(|j| j.time_to_running_s.is_some() && !j.completed && !j.failed)
             .count(),
         instances: outcome.ledger.len(),
         spot_instances: outcome.ledger.iter().filter(|(_, _, e)| e.spot).count(),
@@ -295,10 +298,10 @@ pub fn cost_by_hour(outcome: &Outcome) -> Vec<f64> {
 /// The Markdown table of several strategies' summaries.
 pub fn table(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "| strategy | done / jobs | never placed | unfinished | instances (spot) | cost USD | \
+        "| strategy | done / jobs | never placed | failed | unfinished | instances (spot) | cost USD | \
          useful GPU-h | billed GPU-h | USD per useful GPU-h | same work: USD per GPU-h | \
          to Running p50 / p95 / p99 min | preemptions | noticed mean / max s | invariants |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for s in summaries {
         let invariants = if s.violations.is_empty() {
@@ -308,11 +311,12 @@ pub fn table(summaries: &[Summary]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} / {} | {} | {} | {} ({}) | {:.2} | {:.1} | {:.1} | {:.3} | {:.3} | {:.1} / {:.1} / {:.1} | {} | {:.0} / {:.0} | {} |",
+            "| {} | {} / {} | {} | {} | {} | {} ({}) | {:.2} | {:.1} | {:.1} | {:.3} | {:.3} | {:.1} / {:.1} / {:.1} | {} | {:.0} / {:.0} | {} |",
             s.strategy,
             s.completed,
             s.jobs,
             s.never_placed,
+            s.failed,
             s.unfinished,
             s.instances,
             s.spot_instances,

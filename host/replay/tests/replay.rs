@@ -152,20 +152,53 @@ async fn a_reclaimed_runpod_pod_is_a_preemption_too() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn after_two_preemptions_the_default_and_the_cel_sample_rent_on_demand() {
+async fn after_two_preemptions_the_cel_sample_rents_on_demand_and_the_default_stays_on_spot() {
     let trace = market(8 * 3600, vec![reclaim(1200), reclaim(2400)]);
     let jobs = [job("train", 0, 3600, true)];
-    for name in ["default", "cel-spot-then-on-demand"] {
-        let outcome = replay(&trace, &jobs, &shipped(name)).await;
-        assert_eq!(outcome.jobs[0].preemptions, 2, "{name}");
-        assert_eq!(spot_sequence(&outcome), [true, true, false], "{name}");
-        assert!(outcome.jobs[0].completed, "{name}");
+    let cel = replay(&trace, &jobs, &shipped("cel-spot-then-on-demand")).await;
+    assert_eq!(cel.jobs[0].preemptions, 2);
+    assert_eq!(spot_sequence(&cel), [true, true, false]);
+    assert!(cel.jobs[0].completed);
+    let default = replay(&trace, &jobs, &shipped("default")).await;
+    assert_eq!(spot_sequence(&default), [true, true, true]);
+    assert!(default.jobs[0].completed);
+    // A strategy file can say the same as the CEL policy.
+    let switching = Strategy {
+        on_demand_after_preemptions: Some(2),
+        ..shipped("default").strategy
     }
+    .compile()
+    .unwrap();
+    let outcome = replay(&trace, &jobs, &switching).await;
+    assert_eq!(spot_sequence(&outcome), [true, true, false]);
     // A job that does not tolerate spot never gets it, reclaims or not.
     let strict = [job("serve", 0, 3600, false)];
     let outcome = replay(&trace, &strict, &shipped("default")).await;
     assert_eq!(spot_sequence(&outcome), [false]);
     assert_eq!(outcome.jobs[0].preemptions, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_node_default_fails_a_job_after_five_replacements_where_the_cel_sample_goes_on_demand()
+{
+    let reclaims = (1..=6).map(|n| reclaim(n * 900)).collect();
+    let trace = market(8 * 3600, reclaims);
+    let jobs = [job("train", 0, 3600, true)];
+    let default = replay(&trace, &jobs, &shipped("default")).await;
+    let j = &default.jobs[0];
+    assert_eq!(
+        (j.rentals, j.replacements, j.failed, j.completed),
+        (6, 6, true, false),
+        "{j:?}"
+    );
+    assert!(spot_sequence(&default).iter().all(|spot| *spot));
+    let cel = replay(&trace, &jobs, &shipped("cel-spot-then-on-demand")).await;
+    let j = &cel.jobs[0];
+    assert_eq!(
+        (j.rentals, j.failed, j.completed),
+        (3, false, true),
+        "{j:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
