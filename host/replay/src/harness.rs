@@ -251,6 +251,16 @@ struct Replay<'a> {
     windows: Vec<(Cloud, Vec<u64>)>,
 }
 
+/// The simulators' configuration for a trace's market at time zero (what a test that runs the
+/// same market through the node starts).
+pub fn cloudsim_config(trace: &Trace) -> CloudSimConfig {
+    CloudSimConfig {
+        runpod: sim_config(trace, Cloud::Runpod),
+        lambda: sim_config(trace, Cloud::Lambda),
+        vast: sim_config(trace, Cloud::Vast),
+    }
+}
+
 /// Replays `jobs` on `trace` under `strategy`.
 pub async fn run(
     trace: &Trace,
@@ -258,12 +268,7 @@ pub async fn run(
     strategy: &Compiled,
     options: &Options,
 ) -> anyhow::Result<Outcome> {
-    let config = CloudSimConfig {
-        runpod: sim_config(trace, Cloud::Runpod),
-        lambda: sim_config(trace, Cloud::Lambda),
-        vast: sim_config(trace, Cloud::Vast),
-    };
-    let sim = CloudSim::start(config).await?;
+    let sim = CloudSim::start(cloudsim_config(trace)).await?;
     let origin = Instant::now();
     let origin_utc = Utc::now();
     let http = virtual_clock_http();
