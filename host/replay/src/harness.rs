@@ -55,7 +55,8 @@ pub struct Options {
     pub poll_s: u64,
     /// How long a job that could not be placed waits before it is planned again.
     pub retry_s: u64,
-    /// A job not running this long after it arrived is given up (never placed).
+    /// A job waiting this long to be placed (since it arrived, or since its instance stopped)
+    /// is given up: never placed, or unfinished.
     pub give_up_s: u64,
     /// After the trace ends, jobs still running get this long to finish; then they are
     /// stopped and counted as unfinished.
@@ -152,6 +153,8 @@ struct JobState {
     outcome: JobOutcome,
     /// After retiring: place again (true) or stop there (false: done or given up).
     then_place: bool,
+    /// The second it last started waiting to be placed.
+    waiting_since: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -326,6 +329,7 @@ pub async fn run(
                 failed: false,
             },
             then_place: false,
+            waiting_since: 0.0,
         })
         .collect();
     let mut replay = Replay {
@@ -405,6 +409,7 @@ impl Replay<'_> {
                 Wake::Market(index) => self.market(index),
                 Wake::Arrive(index) => {
                     self.states[index].phase = Phase::Waiting;
+                    self.states[index].waiting_since = at;
                     self.place(index).await;
                 }
                 Wake::Place(index) => self.place(index).await,
@@ -502,7 +507,7 @@ impl Replay<'_> {
         let jobs = self.jobs;
         let job = &jobs[index];
         let now = self.now_s();
-        if now - job.arrival_s as f64 > self.options.give_up_s as f64 {
+        if now - self.states[index].waiting_since > self.options.give_up_s as f64 {
             self.states[index].phase = Phase::Abandoned;
             return;
         }
@@ -705,12 +710,13 @@ impl Replay<'_> {
     }
 
     fn retired(&mut self, index: usize) {
+        let now = self.now_s();
         let state = &mut self.states[index];
         state.rental = None;
         state.generation += 1;
         if state.then_place {
             state.phase = Phase::Waiting;
-            let now = self.now_s();
+            state.waiting_since = now;
             self.at(now, Wake::Place(index));
         } else if state.outcome.completed {
             state.phase = Phase::Done;

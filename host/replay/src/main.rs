@@ -181,13 +181,15 @@ fn run(
         }
         for j in &outcome.jobs {
             job_rows.push_str(&format!(
-                "{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{}\n",
                 summary.strategy,
                 j.id,
                 j.time_to_running_s
                     .map_or(String::new(), |s| format!("{s:.0}")),
                 j.completed,
+                j.failed,
                 j.preemptions,
+                j.replacements,
                 j.rentals,
                 j.detection_delays_s
                     .iter()

@@ -127,6 +127,25 @@ async fn a_reclaim_is_noticed_at_the_next_poll_and_the_work_is_placed_again_from
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_job_reclaimed_long_after_it_arrived_is_placed_again_not_given_up() {
+    let trace = market(6 * 3600, vec![reclaim(2400)]);
+    let jobs = [job("train", 0, 3600, true)];
+    let options = Options {
+        give_up_s: 1800,
+        ..Options::default()
+    };
+    let outcome = run(&trace, &jobs, &shipped("default"), &options)
+        .await
+        .unwrap();
+    let j = &outcome.jobs[0];
+    assert_eq!(
+        (j.preemptions, j.rentals, j.completed),
+        (1, 2, true),
+        "{j:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_reclaimed_runpod_pod_is_a_preemption_too() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter("neocloud_replay=debug")
