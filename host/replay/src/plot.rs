@@ -269,7 +269,9 @@ fn draw_panel(
         .x_label_area_size(50)
         .y_label_area_size(80)
         .build_cartesian_2d(x, y)?;
+    // Major grid lines only: the fine ones made each PNG several times larger.
     ctx.configure_mesh()
+        .light_line_style(TRANSPARENT)
         .x_desc(chart.x_desc)
         .y_desc(chart.y_desc)
         .label_style((FAMILY, 14))
