@@ -1,4 +1,4 @@
-# Shared by build-registry.sh, build-otelcol.sh and build-kwok.sh (sourced, not run): builds one
+# Shared by build-registry.sh, build-otelcol.sh, build-kwok.sh and build-kubelet.sh (sourced, not run): builds one
 # Go tool from its wrapper module under hack/testenv/<dir> with the Go module proxy, into a cache
 # outside the repository keyed by the pinned version and a hash of `hashed` (the module's go.mod,
 # go.sum and whatever else shapes the binary). The caller sets:
@@ -10,6 +10,7 @@
 #   package  what `go build` builds in $module (a package path, or `.`)
 #   what     how failures name the build ("distribution", "the collector")
 #   check()  runs the built binary ($1) and fails if it does not work
+#   ldflags  (optional) the linker flags; '-s -w' when unset
 #
 # and calls `go_tool "$@"`. Prints the bin directory on the last line of stdout (`--print`:
 # without building); progress goes to stderr; skips the build when the binary is cached; fails
@@ -52,7 +53,7 @@ go_tool() {
 
   start=$(date +%s)
   log "[1/1] $name $version"
-  (cd "$module" && go build -trimpath -ldflags '-s -w' -o "$tmp/$name" "$package") \
+  (cd "$module" && go build -trimpath -ldflags "${ldflags:--s -w}" -o "$tmp/$name" "$package") \
     || fail "go build of $what $version in $module"
   [ -x "$tmp/$name" ] || fail "$name was not produced by the build"
   check "$tmp/$name"

@@ -153,7 +153,7 @@ impl Drop for Docker {
 }
 
 /// Runs `command`; an error carries its stderr.
-fn run(command: &mut Command) -> Result<(), Error> {
+pub(crate) fn run(command: &mut Command) -> Result<(), Error> {
     let what = format!("{command:?}");
     let out = command
         .output()
@@ -170,7 +170,7 @@ fn run(command: &mut Command) -> Result<(), Error> {
 }
 
 /// `program` on `PATH` (and in `/usr/sbin`, where Debian puts dockerd).
-fn find(program: &str) -> Result<PathBuf, Error> {
+pub(crate) fn find(program: &str) -> Result<PathBuf, Error> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])

@@ -50,6 +50,7 @@ mod pki;
 mod process;
 mod readiness;
 pub mod registry;
+pub mod worker;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -63,6 +64,7 @@ pub use kwok::Kwok;
 pub use otelcol::Collector;
 pub use pki::{CertPair, Pki};
 pub use registry::Registry;
+pub use worker::WorkerNode;
 
 /// Everything that can go wrong while starting or using a control plane, a registry or a
 /// collector.
@@ -114,6 +116,26 @@ pub enum Error {
     MissingDocker {
         /// The program looked for.
         program: String,
+    },
+    /// A program the worker node needs is not installed.
+    #[error(
+        "{program} not found on PATH, in /usr/sbin or in /usr/lib/cni; install Debian's {package} \
+         (`.ci/run` does, from hack/ci/debian-packages.txt)"
+    )]
+    MissingProgram {
+        /// The program looked for.
+        program: String,
+        /// The Debian package that has it.
+        package: String,
+    },
+    /// The kubelet binary has not been built.
+    #[error(
+        "kubelet binary missing at {path}; build it with `make testenv` \
+         (hack/testenv/build-kubelet.sh) or set NEOCLOUD_KUBELET_BIN"
+    )]
+    MissingKubelet {
+        /// The path searched.
+        path: PathBuf,
     },
     /// A file or process operation failed.
     #[error("failed to {what}: {source}")]
