@@ -41,8 +41,9 @@ test-unit: ## library unit tests only (no control plane)
 test-integration: testenv ## integration tests against the real control plane
 	$(CARGO) test -p neocloud-testenv -p neocloud-runner -p neocloud-node --tests
 
-testenv: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, the OCI registry, the OpenTelemetry Collector and KWOK (cached)
+testenv: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, the kubelet, the OCI registry, the OpenTelemetry Collector and KWOK (cached)
 	bash hack/testenv/build.sh >/dev/null
+	bash hack/testenv/build-kubelet.sh >/dev/null
 	bash hack/testenv/build-registry.sh >/dev/null
 	bash hack/testenv/build-otelcol.sh >/dev/null
 	bash hack/testenv/build-kwok.sh >/dev/null
