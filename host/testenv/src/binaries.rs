@@ -49,6 +49,27 @@ fn cache_dir() -> Result<PathBuf, Error> {
     printed_dir("build.sh")
 }
 
+/// A Go-built tool of the rig: `$env` (the binary or its directory) if set, else `name` in the
+/// cache directory that `hack/testenv/<script> --print` names; `missing` is the error for a path
+/// with no file there.
+pub(crate) fn tool(
+    env: &str,
+    name: &str,
+    script: &str,
+    missing: fn(PathBuf) -> Error,
+) -> Result<PathBuf, Error> {
+    let path = match std::env::var_os(env).map(PathBuf::from) {
+        Some(dir) if dir.is_dir() => dir.join(name),
+        Some(path) => path,
+        None => printed_dir(script)?.join(name),
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(missing(path))
+    }
+}
+
 /// The cache directory `hack/testenv/<script> --print` names (each build script prints where
 /// its binaries go, keyed by version, without building).
 pub(crate) fn printed_dir(script: &str) -> Result<PathBuf, Error> {

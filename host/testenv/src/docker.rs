@@ -22,7 +22,7 @@ use crate::{Error, readiness};
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where Debian's static busybox is.
-const BUSYBOX: &str = "/bin/busybox";
+pub(crate) const BUSYBOX: &str = "/bin/busybox";
 
 /// A running Docker engine. Dropping it stops the daemon and removes its directory.
 #[derive(Debug)]
@@ -103,19 +103,7 @@ impl Docker {
     /// and `CMD ["echo from the image"]`.
     pub fn import_busybox(&self, tag: &str) -> Result<(), Error> {
         let rootfs = self.dir.join("busybox-rootfs");
-        let bin = rootfs.join("bin");
-        std::fs::create_dir_all(&bin).map_err(|e| Error::io("create the image's /bin", e))?;
-        std::fs::create_dir_all(rootfs.join("tmp"))
-            .map_err(|e| Error::io("create the image's /tmp", e))?;
-        std::fs::copy(BUSYBOX, bin.join("busybox"))
-            .map_err(|e| Error::io(format!("copy {BUSYBOX} (Debian package busybox-static)"), e))?;
-        for applet in ["sh", "echo", "sleep", "cat", "env"] {
-            let link = bin.join(applet);
-            if !link.exists() {
-                std::os::unix::fs::symlink("busybox", &link)
-                    .map_err(|e| Error::io(format!("link {}", link.display()), e))?;
-            }
-        }
+        busybox_rootfs(&rootfs, &["sh", "echo", "sleep", "cat", "env"])?;
         let tar = self.dir.join("busybox.tar");
         run(Command::new("tar")
             .arg("-C")
@@ -170,15 +158,39 @@ pub(crate) fn run(command: &mut Command) -> Result<(), Error> {
 }
 
 /// `program` on `PATH` (and in `/usr/sbin`, where Debian puts dockerd).
-pub(crate) fn find(program: &str) -> Result<PathBuf, Error> {
+fn find(program: &str) -> Result<PathBuf, Error> {
+    on_path(program, &[]).ok_or_else(|| Error::MissingDocker {
+        program: program.to_owned(),
+    })
+}
+
+/// The executable `program` on `PATH`, in `/usr/sbin` or `/usr/bin`, or in one of `more`.
+pub(crate) fn on_path(program: &str, more: &[&str]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .chain(more.iter().map(PathBuf::from))
         .map(|dir| dir.join(program))
         .find(|p| is_executable(p))
-        .ok_or_else(|| Error::MissingDocker {
-            program: program.to_owned(),
-        })
+}
+
+/// Makes `rootfs` a root filesystem holding only Debian's static busybox (package
+/// `busybox-static`) as `/bin/busybox`, with `applets` as links to it, and an empty `/tmp`.
+pub(crate) fn busybox_rootfs(rootfs: &Path, applets: &[&str]) -> Result<(), Error> {
+    let bin = rootfs.join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| Error::io("create the image's /bin", e))?;
+    std::fs::create_dir_all(rootfs.join("tmp"))
+        .map_err(|e| Error::io("create the image's /tmp", e))?;
+    std::fs::copy(BUSYBOX, bin.join("busybox"))
+        .map_err(|e| Error::io(format!("copy {BUSYBOX} (Debian package busybox-static)"), e))?;
+    for applet in applets {
+        let link = bin.join(applet);
+        if !link.exists() {
+            std::os::unix::fs::symlink("busybox", &link)
+                .map_err(|e| Error::io(format!("link {}", link.display()), e))?;
+        }
+    }
+    Ok(())
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -193,14 +193,7 @@ pub async fn fake_gpu_node(
 /// The kwok binary: `$NEOCLOUD_KWOK_BIN` (the binary or its directory) if set, else `kwok` in
 /// the cache directory that `hack/testenv/build-kwok.sh --print` names for the pinned version.
 pub fn locate() -> Result<PathBuf, Error> {
-    let path = match std::env::var_os(BIN_ENV).map(PathBuf::from) {
-        Some(dir) if dir.is_dir() => dir.join("kwok"),
-        Some(path) => path,
-        None => binaries::printed_dir("build-kwok.sh")?.join("kwok"),
-    };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(Error::MissingKwok { path })
-    }
+    binaries::tool(BIN_ENV, "kwok", "build-kwok.sh", |path| {
+        Error::MissingKwok { path }
+    })
 }

@@ -399,20 +399,9 @@ fn any_value(value: &Value) -> Value {
 /// `otelcol` in the cache directory that `hack/testenv/build-otelcol.sh --print` names for the
 /// pinned version. It must exist.
 pub fn locate() -> Result<PathBuf, Error> {
-    let path = match std::env::var_os(BIN_ENV).map(PathBuf::from) {
-        Some(dir) if dir.is_dir() => dir.join("otelcol"),
-        Some(path) => path,
-        None => cache_dir()?.join("otelcol"),
-    };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(Error::MissingCollector { path })
-    }
-}
-
-fn cache_dir() -> Result<PathBuf, Error> {
-    binaries::printed_dir("build-otelcol.sh")
+    binaries::tool(BIN_ENV, "otelcol", "build-otelcol.sh", |path| {
+        Error::MissingCollector { path }
+    })
 }
 
 #[cfg(test)]
@@ -423,7 +412,7 @@ mod tests {
 
     #[test]
     fn the_build_script_names_a_cache_directory_outside_the_repository() {
-        let name = binaries::cache_dir_name(&cache_dir().unwrap());
+        let name = binaries::cache_dir_name(&binaries::printed_dir("build-otelcol.sh").unwrap());
         assert!(name.starts_with("otelcol-v0.165.0-"), "{name}");
     }
 

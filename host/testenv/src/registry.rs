@@ -263,20 +263,9 @@ impl Drop for Registry {
 /// `registry` in the cache directory that `hack/testenv/build-registry.sh --print` names for the
 /// pinned version. It must exist.
 pub fn locate() -> Result<PathBuf, Error> {
-    let path = match std::env::var_os(BIN_ENV).map(PathBuf::from) {
-        Some(dir) if dir.is_dir() => dir.join("registry"),
-        Some(path) => path,
-        None => cache_dir()?.join("registry"),
-    };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(Error::MissingRegistry { path })
-    }
-}
-
-fn cache_dir() -> Result<PathBuf, Error> {
-    binaries::printed_dir("build-registry.sh")
+    binaries::tool(BIN_ENV, "registry", "build-registry.sh", |path| {
+        Error::MissingRegistry { path }
+    })
 }
 
 /// An error and its causes on one line: reqwest's own message omits the TLS or socket reason.
@@ -297,7 +286,7 @@ mod tests {
 
     #[test]
     fn the_build_script_names_a_cache_directory_outside_the_repository() {
-        let name = binaries::cache_dir_name(&cache_dir().unwrap());
+        let name = binaries::cache_dir_name(&binaries::printed_dir("build-registry.sh").unwrap());
         assert!(name.starts_with("registry-v3.1.2-"), "{name}");
     }
 

@@ -39,7 +39,7 @@ use kube::Api;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::docker::run;
+use crate::docker::{BUSYBOX, busybox_rootfs, on_path, run};
 use crate::process::Supervised;
 use crate::{ControlPlane, Error, binaries, readiness, write_file};
 
@@ -58,9 +58,6 @@ const SYSCTLS: [&str; 3] = [
     "kernel/panic_on_oops",
     "vm/overcommit_memory",
 ];
-
-/// Where Debian's static busybox is.
-const BUSYBOX: &str = "/bin/busybox";
 
 /// Where Debian's containernetworking-plugins are.
 const CNI_BIN: &str = "/usr/lib/cni";
@@ -82,34 +79,18 @@ pub struct WorkerNode {
 
 /// A program the node needs, and the Debian package that has it.
 fn program(name: &str, package: &str) -> Result<PathBuf, Error> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([
-            PathBuf::from("/usr/sbin"),
-            PathBuf::from("/usr/bin"),
-            PathBuf::from(CNI_BIN),
-        ])
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-        .ok_or_else(|| Error::MissingProgram {
-            program: name.to_owned(),
-            package: package.to_owned(),
-        })
+    on_path(name, &[CNI_BIN]).ok_or_else(|| Error::MissingProgram {
+        program: name.to_owned(),
+        package: package.to_owned(),
+    })
 }
 
 /// The kubelet binary: `$NEOCLOUD_KUBELET_BIN` (the binary or its directory) if set, else
 /// `kubelet` in the cache directory that `hack/testenv/build-kubelet.sh --print` names.
 pub fn locate() -> Result<PathBuf, Error> {
-    let path = match std::env::var_os(BIN_ENV).map(PathBuf::from) {
-        Some(dir) if dir.is_dir() => dir.join("kubelet"),
-        Some(path) => path,
-        None => binaries::printed_dir("build-kubelet.sh")?.join("kubelet"),
-    };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(Error::MissingKubelet { path })
-    }
+    binaries::tool(BIN_ENV, "kubelet", "build-kubelet.sh", |path| {
+        Error::MissingKubelet { path }
+    })
 }
 
 fn ip(args: &[&str]) -> Result<(), Error> {
@@ -324,26 +305,6 @@ fn oci_archive(
     std::fs::remove_dir_all(&work).map_err(|e| Error::io("remove the image layout", e))
 }
 
-/// A root filesystem holding only Debian's static busybox, with its applets as links.
-fn busybox_rootfs(dir: &Path) -> Result<(), Error> {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).map_err(|e| Error::io("create the image's /bin", e))?;
-    std::fs::create_dir_all(dir.join("tmp"))
-        .map_err(|e| Error::io("create the image's /tmp", e))?;
-    std::fs::copy(BUSYBOX, bin.join("busybox"))
-        .map_err(|e| Error::io(format!("copy {BUSYBOX} (Debian package busybox-static)"), e))?;
-    for applet in [
-        "sh", "echo", "sleep", "cat", "env", "hostname", "ip", "wget", "nc",
-    ] {
-        let link = bin.join(applet);
-        if !link.exists() {
-            std::os::unix::fs::symlink("busybox", &link)
-                .map_err(|e| Error::io(format!("link {}", link.display()), e))?;
-        }
-    }
-    Ok(())
-}
-
 impl WorkerNode {
     /// Starts a worker node `name` for `cp` and waits until its Node is Ready.
     pub async fn start(cp: &ControlPlane, name: &str) -> Result<WorkerNode, Error> {
@@ -459,7 +420,12 @@ impl WorkerNode {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .collect();
         let rootfs = self.dir.join(format!("image-{slug}"));
-        busybox_rootfs(&rootfs)?;
+        busybox_rootfs(
+            &rootfs,
+            &[
+                "sh", "echo", "sleep", "cat", "env", "hostname", "ip", "wget", "nc",
+            ],
+        )?;
         let archive = self.dir.join(format!("image-{slug}.tar"));
         oci_archive(&rootfs, entrypoint, reference, &archive)?;
         run(self.ctr().args(["images", "import"]).arg(&archive))?;
