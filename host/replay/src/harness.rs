@@ -207,23 +207,6 @@ fn sim_config(trace: &Trace, cloud: Cloud) -> SimConfig {
     config
 }
 
-fn provider_id(cloud: Cloud) -> ProviderId {
-    match cloud {
-        Cloud::Runpod => ProviderId::Runpod,
-        Cloud::Lambda => ProviderId::Lambda,
-        Cloud::Vast => ProviderId::Vast,
-    }
-}
-
-fn cloud_of(provider: ProviderId) -> Option<Cloud> {
-    match provider {
-        ProviderId::Runpod => Some(Cloud::Runpod),
-        ProviderId::Lambda => Some(Cloud::Lambda),
-        ProviderId::Vast => Some(Cloud::Vast),
-        _ => None,
-    }
-}
-
 /// The routes a create takes on each simulator (for capacity refusals).
 fn create_routes(cloud: Cloud) -> &'static [&'static str] {
     match cloud {
@@ -814,14 +797,4 @@ fn trim(attempts: Vec<Attempt>) -> Vec<Attempt> {
             }
         })
         .collect()
-}
-
-/// The cloud an instance's provider id stands for (reports).
-pub fn cloud(provider: ProviderId) -> Option<Cloud> {
-    cloud_of(provider)
-}
-
-/// The simulator provider id of a cloud.
-pub fn provider(cloud: Cloud) -> ProviderId {
-    provider_id(cloud)
 }

@@ -11,6 +11,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::lines::{self, LinesError};
+
 /// One GPU job (a Pod, to the node).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,20 +35,7 @@ pub struct Job {
 }
 
 /// A job file that cannot be used, with the line and field at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum JobsError {
-    /// Reading failed.
-    #[error("reading the jobs: {0}")]
-    Io(#[from] std::io::Error),
-    /// A line is not a job, or a job is not valid.
-    #[error("jobs line {line}: {message}")]
-    Invalid {
-        /// 1-based line number.
-        line: usize,
-        /// What is wrong, naming the field and the value.
-        message: String,
-    },
-}
+pub type JobsError = LinesError;
 
 impl Job {
     fn check(&self) -> Result<(), String> {
@@ -87,14 +76,9 @@ impl Job {
 pub fn read(input: impl BufRead) -> Result<Vec<Job>, JobsError> {
     let mut jobs = Vec::new();
     let mut ids = BTreeSet::new();
-    for (index, text) in input.lines().enumerate() {
-        let line = index + 1;
-        let text = text?;
-        if text.trim().is_empty() {
-            continue;
-        }
-        let invalid = |message: String| JobsError::Invalid { line, message };
-        let job: Job = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    for parsed in lines::read::<Job>(input, "jobs") {
+        let (line, job) = parsed?;
+        let invalid = |message: String| LinesError::invalid("jobs", line, message);
         job.check().map_err(invalid)?;
         if !ids.insert(job.id.clone()) {
             return Err(invalid(format!("id {} twice", job.id)));
@@ -106,11 +90,7 @@ pub fn read(input: impl BufRead) -> Result<Vec<Job>, JobsError> {
 
 /// Writes jobs as JSON Lines.
 pub fn write(jobs: &[Job], mut out: impl Write) -> std::io::Result<()> {
-    for job in jobs {
-        serde_json::to_writer(&mut out, job)?;
-        out.write_all(b"\n")?;
-    }
-    Ok(())
+    jobs.iter().try_for_each(|job| lines::write(&mut out, job))
 }
 
 /// One kind of job in the mix.

@@ -11,6 +11,7 @@
 pub mod generate;
 pub mod harness;
 pub mod jobs;
+pub mod lines;
 pub mod plot;
 pub mod report;
 pub mod strategy;

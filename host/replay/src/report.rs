@@ -24,10 +24,12 @@ pub fn job_of(name: &str) -> Option<&str> {
     rest.rsplit_once('-').map(|(job, _)| job)
 }
 
-fn seconds(entry: &LedgerEntry, origin: &chrono::DateTime<chrono::Utc>) -> Option<f64> {
-    entry
-        .terminated_at
-        .map(|t| (t - *origin).num_milliseconds() as f64 / 1000.0)
+/// When an instance created at `created` (seconds from the start) was terminated, in the same
+/// seconds; infinity while it is live.
+fn ended_s(created: f64, entry: &LedgerEntry) -> f64 {
+    entry.terminated_at.map_or(f64::INFINITY, |t| {
+        created + (t - entry.created_at).num_milliseconds() as f64 / 1000.0
+    })
 }
 
 /// Every broken invariant in a replay's ledger, one line each.
@@ -61,9 +63,7 @@ pub fn violations(
                 job.id, entry.instance_id, entry.price_per_hour
             ));
         }
-        // The end of an instance's life in seconds from the start (live: forever).
-        let origin = entry.created_at - chrono::Duration::milliseconds((created * 1000.0) as i64);
-        let ended = seconds(entry, &origin).unwrap_or(f64::INFINITY);
+        let ended = ended_s(*created, entry);
         per_job
             .entry(job.id.as_str())
             .or_default()
@@ -97,8 +97,7 @@ pub fn violations(
 pub fn peak_burn(ledger: &[(Cloud, f64, LedgerEntry)]) -> f64 {
     let mut edges: Vec<(f64, f64)> = Vec::new();
     for (_, created, entry) in ledger {
-        let origin = entry.created_at - chrono::Duration::milliseconds((created * 1000.0) as i64);
-        let ended = seconds(entry, &origin).unwrap_or(f64::INFINITY);
+        let ended = ended_s(*created, entry);
         edges.push((*created, entry.price_per_hour));
         edges.push((ended, -entry.price_per_hour));
     }

@@ -16,6 +16,8 @@ use std::io::{BufRead, Write};
 use neocloud_cloudsim::{OfferConfig, Timing};
 use serde::{Deserialize, Serialize};
 
+use crate::lines::{self, LinesError};
+
 /// The format this code reads and writes.
 pub const FORMAT: &str = "neocloud-market-trace/v1";
 
@@ -321,34 +323,10 @@ pub struct Trace {
 }
 
 /// A trace that cannot be used, with the line and field at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    /// Reading failed.
-    #[error("reading the trace: {0}")]
-    Io(#[from] std::io::Error),
-    /// A line is not a record.
-    #[error("trace line {line}: {message}")]
-    Parse {
-        /// 1-based line number.
-        line: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// A record is well formed but not valid.
-    #[error("trace line {line}: {message}")]
-    Invalid {
-        /// 1-based line number.
-        line: usize,
-        /// What is wrong, naming the field and the value.
-        message: String,
-    },
-}
+pub type TraceError = LinesError;
 
 fn invalid(line: usize, message: impl Into<String>) -> TraceError {
-    TraceError::Invalid {
-        line,
-        message: message.into(),
-    }
+    LinesError::invalid("trace", line, message)
 }
 
 fn price_ok(value: f64) -> bool {
@@ -363,16 +341,8 @@ impl Trace {
         let mut offers: Vec<(Cloud, OfferConfig)> = Vec::new();
         let mut events: Vec<Event> = Vec::new();
         let mut ids = BTreeSet::new();
-        for (index, text) in input.lines().enumerate() {
-            let line = index + 1;
-            let text = text?;
-            if text.trim().is_empty() {
-                continue;
-            }
-            let record: Record = serde_json::from_str(&text).map_err(|e| TraceError::Parse {
-                line,
-                message: e.to_string(),
-            })?;
+        for parsed in lines::read::<Record>(input, "trace") {
+            let (line, record) = parsed?;
             let Some(head) = &header else {
                 let Record::Header(h) = record else {
                     return Err(invalid(line, "the first record must be the header"));
@@ -459,10 +429,7 @@ impl Trace {
 
     /// Writes the trace as JSON Lines.
     pub fn write(&self, mut out: impl Write) -> std::io::Result<()> {
-        let mut line = |record: &Record| -> std::io::Result<()> {
-            serde_json::to_writer(&mut out, record)?;
-            out.write_all(b"\n")
-        };
+        let mut line = |record: &Record| lines::write(&mut out, record);
         line(&Record::Header(self.header.clone()))?;
         for (provider, timing) in &self.timings {
             line(&Record::Timing {
