@@ -731,22 +731,8 @@ impl Replay<'_> {
                 break;
             }
             tokio::time::sleep(Duration::from_secs(self.options.poll_s)).await;
-            for index in 0..self.states.len() {
-                if self.states[index].phase == Phase::Retiring
-                    && let Some(rented) = &self.states[index].rental
-                    && let Some(provider) = self.providers.get(&rented.provider)
-                {
-                    let id = rented.instance_id.clone();
-                    let provider = Arc::clone(provider);
-                    match provider.get(&id).await {
-                        Ok(found) if is_gone(found.as_ref()) => self.retired(index),
-                        Ok(_) => {
-                            let _ = provider.delete(&id).await;
-                        }
-                        Err(_) => {}
-                    }
-                }
-            }
+            // The poll confirms deleted instances gone and deletes again what is still there.
+            self.poll().await;
         }
     }
 

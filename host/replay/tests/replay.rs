@@ -270,6 +270,27 @@ async fn a_delete_refused_in_a_window_of_rate_limits_is_asked_again_and_nothing_
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_job_still_running_when_the_replay_ends_is_stopped_and_nothing_leaks() {
+    let trace = market(2 * 3600, vec![]);
+    let jobs = [job("long", 0, 10 * 3600, false)];
+    let options = Options {
+        drain_s: 600,
+        ..Options::default()
+    };
+    let outcome = run(&trace, &jobs, &shipped("cheapest-first"), &options)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.violations,
+        Vec::<String>::new(),
+        "nothing left billed"
+    );
+    let j = &outcome.jobs[0];
+    assert!(j.time_to_running_s.is_some() && !j.completed, "{j:?}");
+    assert!(outcome.ledger[0].2.terminated_at.is_some());
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_cluster_budget_holds_jobs_back_instead_of_overspending() {
     let trace = market(6 * 3600, vec![]);
     let jobs = [
