@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the kubelet (k8s.io/kubernetes/cmd/kubelet) at the control plane's Kubernetes version
+# Builds the kubelet (k8s.io/kubernetes/cmd/kubelet) and kube-proxy at the control plane's Kubernetes version
 # from the Go module proxy, into a cache outside the repository keyed by version and by the
 # wrapper module's go.sum (see go-tool.sh). The test rig's optional worker node runs it beside
 # Debian's containerd and runc, in a network namespace of its own (neocloud_testenv::WorkerNode).
@@ -20,6 +20,9 @@ module="$here/kubelet"
 pin=k8s.io/kubernetes
 hashed=("$module/go.mod" "$module/go.sum")
 package=k8s.io/kubernetes/cmd/kubelet
+# kube-proxy routes Service addresses in the worker's namespace (the Pods' in-cluster API server
+# address among them), as on any real node.
+extra=(k8s.io/kubernetes/cmd/kube-proxy)
 what=kubernetes
 version=$(pinned "$pin" "$module/go.mod")
 control_plane=$(pinned "$pin" "$here/k8s/go.mod")
@@ -29,5 +32,8 @@ minor=$(echo "$version" | cut -d. -f2)
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version"
 ldflags="$ldflags -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 ldflags="$ldflags -X k8s.io/component-base/version.gitTreeState=clean"
-check() { "$1" --version >&2 || fail "the kubelet does not run"; }
+check() {
+  "$1" --version >&2 || fail "the kubelet does not run"
+  "$(dirname "$1")/kube-proxy" --version >&2 || fail "kube-proxy does not run"
+}
 go_tool "$@"

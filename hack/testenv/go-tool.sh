@@ -11,6 +11,8 @@
 #   what     how failures name the build ("distribution", "the collector")
 #   check()  runs the built binary ($1) and fails if it does not work
 #   ldflags  (optional) the linker flags; '-s -w' when unset
+#   extra    (optional) an array of further packages of $module, each built beside $name under
+#            its last path element (the worker node's kube-proxy beside the kubelet)
 #
 # and calls `go_tool "$@"`. Prints the bin directory on the last line of stdout (`--print`:
 # without building); progress goes to stderr; skips the build when the binary is cached; fails
@@ -56,6 +58,12 @@ go_tool() {
   (cd "$module" && go build -trimpath -ldflags "${ldflags:--s -w}" -o "$tmp/$name" "$package") \
     || fail "go build of $what $version in $module"
   [ -x "$tmp/$name" ] || fail "$name was not produced by the build"
+  local p
+  for p in ${extra[@]+"${extra[@]}"}; do
+    log "[+] ${p##*/} $version"
+    (cd "$module" && go build -trimpath -ldflags "${ldflags:--s -w}" -o "$tmp/${p##*/}" "$p") \
+      || fail "go build of $p ($what $version) in $module"
+  done
   check "$tmp/$name"
   mkdir -p "$bin"
   mv "$tmp"/* "$bin/"

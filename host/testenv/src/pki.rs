@@ -73,7 +73,8 @@ impl Pki {
     }
 
     /// A serving certificate for loopback: `localhost`, the in-cluster names of the API server,
-    /// and 127.0.0.1.
+    /// 127.0.0.1, and the `kubernetes` Service's address (10.0.0.1, the first of the control
+    /// plane's `--service-cluster-ip-range`), which Pods dial as `KUBERNETES_SERVICE_HOST`.
     pub fn serving(&self, common_name: &str) -> Result<CertPair, Error> {
         let mut params = CertificateParams::default();
         params
@@ -91,6 +92,9 @@ impl Pki {
         params
             .subject_alt_names
             .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         self.sign(params, "serving certificate")
     }

@@ -15,12 +15,17 @@
 //!   and `restrict_oom_score_adj` (the sandbox lacks `CAP_SYS_RESOURCE`); nothing can be pulled,
 //!   so its sandbox ("pause") image and test images are made from Debian's static busybox and
 //!   imported (`ctr images import`).
+//! - The bridge is the Pods' gateway and masquerades what leaves the Pod network; kube-proxy
+//!   (iptables mode, from the same build) routes Service addresses, the `kubernetes` Service
+//!   included, whose endpoint the harness points at the forwarder: Pods reach the API server
+//!   in-cluster, as `KUBERNETES_SERVICE_HOST`, with their ServiceAccount.
 //! - The kubelet uses the cgroupfs driver under a cgroup of its own in every hierarchy, is
 //!   `system:node:<name>` in `system:nodes` by a certificate from the control plane's CA, and
 //!   authenticates the API server by that CA.
 //!
 //! The kubelet changes host sysctls (`kernel.panic`, `kernel.panic_on_oops`,
-//! `vm.overcommit_memory`); its iptables chains are in the namespace. Dropping the node stops
+//! `vm.overcommit_memory`); its, kube-proxy's and the bridge's iptables chains and IP forwarding
+//! are the namespace's own. Dropping the node stops
 //! the kubelet, kills every container process and shim, stops containerd, unmounts what they
 //! mounted, removes the cgroups and the namespace, restores the sysctls and removes its
 //! directory (`NEOCLOUD_TESTENV_KEEP=1` keeps it); [`Leftovers::of`] says what, if anything,
@@ -73,6 +78,7 @@ pub struct WorkerNode {
     sysctls: Vec<(String, String)>,
     containerd: Option<Supervised>,
     kubelet: Option<Supervised>,
+    kube_proxy: Option<Supervised>,
     forwarder: Option<Forwarder>,
     keep_dir: bool,
 }
@@ -211,6 +217,23 @@ impl Forwarder {
     }
 }
 
+/// The status code of a plain HTTP GET of `path` at `addr`.
+fn http_status(addr: std::net::SocketAddrV4, path: &str) -> std::io::Result<u16> {
+    use std::io::Read as _;
+    let mut stream = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head)?;
+    std::str::from_utf8(&head[9..12])
+        .ok()
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| std::io::Error::other("not an HTTP response"))
+}
+
 /// Copies both ways until either side closes.
 fn pipe(a: TcpStream, b: TcpStream) {
     let copy = |mut from: TcpStream, mut to: TcpStream| {
@@ -341,6 +364,7 @@ impl WorkerNode {
             sysctls,
             containerd: None,
             kubelet: None,
+            kube_proxy: None,
             forwarder: None,
             keep_dir,
         };
@@ -371,7 +395,9 @@ impl WorkerNode {
                 "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait; done",
             ],
         )?;
-        node.start_kubelet(cp, &nsenter, &kubelet, subnet)?;
+        node.start_kubelet(cp, &nsenter, &kubelet)?;
+        node.start_kube_proxy(cp, &nsenter, &kubelet.with_file_name("kube-proxy"), subnet)
+            .await?;
         node.wait_ready(cp).await?;
         Ok(node)
     }
@@ -403,7 +429,7 @@ impl WorkerNode {
 
     /// The last `lines` lines of the kubelet's and containerd's logs.
     pub fn logs(&self, lines: usize) -> String {
-        [&self.kubelet, &self.containerd]
+        [&self.kubelet, &self.kube_proxy, &self.containerd]
             .into_iter()
             .flatten()
             .map(|c| format!("----- {} -----\n{}\n", c.name(), c.log_tail(lines)))
@@ -431,6 +457,18 @@ impl WorkerNode {
         run(self.ctr().args(["images", "import"]).arg(&archive))?;
         std::fs::remove_file(&archive).map_err(|e| Error::io("remove the image archive", e))?;
         std::fs::remove_dir_all(&rootfs).map_err(|e| Error::io("remove the image's root", e))
+    }
+
+    /// Imports an OCI image archive (an OCI layout as one tarball, as `make image` writes
+    /// `target/image/image.tar`) into the node's containerd, under the names its index carries.
+    pub fn import_archive(&self, archive: &Path) -> Result<(), Error> {
+        if !archive.is_file() {
+            return Err(Error::io(
+                format!("import {}", archive.display()),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        run(self.ctr().args(["images", "import"]).arg(archive))
     }
 
     /// `ctr` talking to the node's containerd, in the Kubernetes namespace.
@@ -530,12 +568,15 @@ state = "{state}"
             cni = cni.display(),
         );
         write_file(&base.join("config.toml"), &config)?;
-        // No gateway and no masquerade: Pods reach each other and the node, nothing else.
+        // The bridge is the Pods' gateway (the plugin turns IP forwarding on in the node's
+        // namespace only) and masquerades what leaves the Pod network as the node's address, so
+        // the host answers Pods without a route to them: Pods reach each other, the node, and
+        // through kube-proxy's rules the API server and Services.
         let network = serde_json::json!({
             "cniVersion": "1.0.0",
             "name": "neocloud-worker",
             "plugins": [
-                {"type": "bridge", "bridge": "ncbr0", "isGateway": false, "ipMasq": false,
+                {"type": "bridge", "bridge": "ncbr0", "isDefaultGateway": true, "ipMasq": true,
                  "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("10.251.{subnet}.0/24")}]],
                           "dataDir": p("ipam")}},
                 {"type": "portmap", "capabilities": {"portMappings": true}}
@@ -573,15 +614,16 @@ state = "{state}"
         ready
     }
 
-    fn start_kubelet(
-        &mut self,
+    /// A kubeconfig for `user` in `groups` (a client certificate from the control plane's CA)
+    /// that reaches the API server from the node's namespace, through the forwarder.
+    fn kubeconfig_as(
+        &self,
         cp: &ControlPlane,
-        nsenter: &Path,
-        kubelet: &Path,
-        subnet: u8,
-    ) -> Result<(), Error> {
-        let user = format!("system:node:{}", self.name);
-        let issued = cp.kubeconfig_as(&user, &["system:nodes"])?;
+        user: &str,
+        groups: &[&str],
+        file: &str,
+    ) -> Result<PathBuf, Error> {
+        let issued = cp.kubeconfig_as(user, groups)?;
         let text = std::fs::read_to_string(&issued)
             .map_err(|e| Error::io(format!("read {}", issued.display()), e))?;
         let mut doc: serde_yaml::Value =
@@ -589,7 +631,6 @@ state = "{state}"
                 path: issued.clone(),
                 message: e.to_string(),
             })?;
-        let port = self.forwarder.as_ref().map_or(0, |f| f.port);
         if let Some(cluster) = doc
             .get_mut("clusters")
             .and_then(|c| c.get_mut(0))
@@ -598,16 +639,47 @@ state = "{state}"
         {
             cluster.insert(
                 "server".into(),
-                format!("https://10.250.{subnet}.1:{port}").into(),
+                format!("https://{}", self.api_address()).into(),
             );
             cluster.insert("tls-server-name".into(), "127.0.0.1".into());
         }
-        let kubeconfig = self.dir.join("kubelet.kubeconfig");
+        let kubeconfig = self.dir.join(format!("{file}.kubeconfig"));
         let yaml = serde_yaml::to_string(&doc).map_err(|e| Error::Kubeconfig {
             path: kubeconfig.clone(),
             message: e.to_string(),
         })?;
         write_file(&kubeconfig, &yaml)?;
+        Ok(kubeconfig)
+    }
+
+    /// Where the API server is reached from the node's namespace and its Pods: the forwarder on
+    /// the host's end of the veth pair.
+    pub fn api_address(&self) -> std::net::SocketAddrV4 {
+        std::net::SocketAddrV4::new(
+            self.host_ip(),
+            self.forwarder.as_ref().map_or(0, |f| f.port),
+        )
+    }
+
+    /// The host's end of the veth pair: the one address of this machine the node's Pods reach
+    /// (a server a test starts for them listens here).
+    pub fn host_ip(&self) -> Ipv4Addr {
+        let [a, b, c, _] = self.node_ip.octets();
+        Ipv4Addr::new(a, b, c, 1)
+    }
+
+    fn start_kubelet(
+        &mut self,
+        cp: &ControlPlane,
+        nsenter: &Path,
+        kubelet: &Path,
+    ) -> Result<(), Error> {
+        let kubeconfig = self.kubeconfig_as(
+            cp,
+            &format!("system:node:{}", self.name),
+            &["system:nodes"],
+            "kubelet",
+        )?;
         let root = self.dir.join("kubelet");
         std::fs::create_dir_all(&root).map_err(|e| Error::io("create the kubelet's root", e))?;
         let config = serde_json::json!({
@@ -655,6 +727,103 @@ state = "{state}"
             &self.dir.join("kubelet.log"),
             None,
         )?);
+        Ok(())
+    }
+
+    /// Starts kube-proxy (iptables mode, as `system:kube-proxy`) in the node's namespace, after
+    /// publishing the `kubernetes` Service's endpoint as the forwarder's address: the control
+    /// plane's API server listens on loopback and reconciles no endpoints of its own
+    /// (`--endpoint-reconciler-type=none`), so this is what makes the in-cluster address
+    /// (`KUBERNETES_SERVICE_HOST`, 10.0.0.1:443) reach it from a Pod. One worker node per
+    /// control plane: a second one would point that endpoint at itself.
+    async fn start_kube_proxy(
+        &mut self,
+        cp: &ControlPlane,
+        nsenter: &Path,
+        kube_proxy: &Path,
+        subnet: u8,
+    ) -> Result<(), Error> {
+        if !kube_proxy.is_file() {
+            return Err(Error::MissingKubelet {
+                path: kube_proxy.to_path_buf(),
+            });
+        }
+        self.publish_api_endpoint(cp).await?;
+        let kubeconfig = self.kubeconfig_as(cp, "system:kube-proxy", &[], "kube-proxy")?;
+        let healthz = std::net::SocketAddrV4::new(self.node_ip, 10256);
+        let config = serde_json::json!({
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+            "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": kubeconfig.display().to_string()},
+            "hostnameOverride": self.name,
+            "mode": "iptables",
+            "clusterCIDR": format!("10.251.{subnet}.0/24"),
+            "healthzBindAddress": healthz.to_string(),
+            "metricsBindAddress": format!("{}:10249", self.node_ip),
+            // Zeros leave the host-wide conntrack settings alone.
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s",
+                          "tcpCloseWaitTimeout": "0s", "udpTimeout": "0s", "udpStreamTimeout": "0s"},
+            "iptables": {"localhostNodePorts": false},
+        });
+        let config_path = self.dir.join("kube-proxy.yaml");
+        write_file(&config_path, &config.to_string())?;
+        let args = vec![
+            format!("--net=/run/netns/{}", self.netns),
+            kube_proxy.display().to_string(),
+            format!("--config={}", config_path.display()),
+        ];
+        let mut process = Supervised::spawn(
+            "kube-proxy",
+            nsenter,
+            &args,
+            &self.dir.join("kube-proxy.log"),
+            None,
+        )?;
+        let ready = readiness::wait_until_ready(&mut process, Duration::from_secs(60), || {
+            let status = http_status(healthz, "/healthz");
+            async move {
+                match status {
+                    Ok(200) => Ok(()),
+                    Ok(code) => Err(format!("/healthz answered {code}")),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        })
+        .await;
+        self.kube_proxy = Some(process);
+        ready
+    }
+
+    /// Points the `kubernetes` Service (default namespace) at the forwarder.
+    async fn publish_api_endpoint(&self, cp: &ControlPlane) -> Result<(), Error> {
+        use k8s_openapi::api::discovery::v1::EndpointSlice;
+        use kube::api::{Patch, PatchParams};
+        let slices: Api<EndpointSlice> = Api::namespaced(cp.client().await?, "default");
+        let address = self.api_address();
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "namespace": "default", "labels": {
+                "kubernetes.io/service-name": "kubernetes",
+                "endpointslice.kubernetes.io/managed-by": "neocloud-testenv",
+            }},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address.ip().to_string()], "conditions": {"ready": true}}],
+            "ports": [{"name": "https", "port": address.port(), "protocol": "TCP"}],
+        }))
+        .map_err(|e| {
+            Error::io(
+                "build the kubernetes EndpointSlice",
+                std::io::Error::other(e),
+            )
+        })?;
+        slices
+            .patch(
+                "kubernetes",
+                &PatchParams::apply("neocloud-testenv").force(),
+                &Patch::Apply(&slice),
+            )
+            .await?;
         Ok(())
     }
 
@@ -761,6 +930,9 @@ state = "{state}"
         // Asked while containerd still answers: the kubelet removes a Pod's namespace only when
         // it removes the Pod's sandbox, which it does not do for Pods left running.
         let pod_netns = self.pod_netns();
+        if let Some(mut kube_proxy) = self.kube_proxy.take() {
+            kube_proxy.stop();
+        }
         if let Some(mut kubelet) = self.kubelet.take() {
             kubelet.stop();
         }

@@ -2,7 +2,7 @@
 //! containerd, runc and bridge CNI, in a network namespace of its own. The node registers and
 //! goes Ready with its veth address as InternalIP; a Pod bound to it runs a real container
 //! from an imported image, gets an address on the node's bridge, serves its log and an exec
-//! through the API server; and once the node is dropped nothing of it is left: no process,
+//! through the API server, and reaches the API server at its in-cluster Service address; and once the node is dropped nothing of it is left: no process,
 //! mount, cgroup or network namespace, and the host sysctls the kubelet changed are restored.
 
 use std::time::Duration;
@@ -103,6 +103,22 @@ async fn a_pod_runs_on_a_real_kubelet_and_the_node_leaves_nothing_behind() {
         String::from_utf8_lossy(&exec.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&exec.stdout), "exec 42\n");
+
+    // In-cluster, as any Pod: KUBERNETES_SERVICE_HOST is a Service address kube-proxy routes
+    // to the API server (whose Go TLS server answers plain HTTP with this line).
+    let probe = "printf 'GET /version HTTP/1.0\\r\\n\\r\\n' | nc -w 5 $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT";
+    let answer = cp
+        .kubectl()
+        .args(["exec", "hello", "--", "/bin/sh", "-c", probe])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer.stdout);
+    assert!(
+        text.contains("Client sent an HTTP request to an HTTPS server"),
+        "{text}\n{}\n{}",
+        String::from_utf8_lossy(&answer.stderr),
+        worker.logs(20)
+    );
 
     pods.delete("hello", &DeleteParams::default())
         .await
