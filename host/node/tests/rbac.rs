@@ -37,6 +37,8 @@ async fn the_namespaced_install_reads_secrets_only_in_its_watched_namespaces() {
         &["create", "secrets", "-n", "aibrix-system"],
         &["watch", "pods", "-A"],
         &["patch", "pods", "--subresource=status", "-A"],
+        // the leader's label on the node's own Pods
+        &["patch", "pods", "-n", "aibrix-system"],
         &["create", "events", "-n", "gpu-jobs"],
     ];
     for args in allowed {
@@ -50,6 +52,7 @@ async fn the_namespaced_install_reads_secrets_only_in_its_watched_namespaces() {
         &["list", "secrets", "-n", "gpu-jobs"],
         &["watch", "configmaps", "-n", "gpu-jobs"],
         &["create", "secrets", "-n", "gpu-jobs"],
+        &["patch", "pods", "-n", "gpu-jobs"],
     ];
     for args in refused {
         assert!(!can(args), "the namespaced install allows {args:?}");

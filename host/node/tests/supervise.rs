@@ -180,17 +180,14 @@ async fn a_panicking_sweeper_stops_the_leader_naming_it_and_the_standby_takes_ov
         .await;
     let standby = world.spawn(ports[1], "standby.log", None);
     let standby_id = identity(&world.node, &standby);
+    // A standby is ready: healthy and able to take over (a Service that must reach the leader
+    // alone selects the leader's label instead).
     world
-        .wait_for(
-            "the standby answering /readyz",
-            Duration::from_secs(30),
-            async || status(ports[1], "/readyz").is_some(),
-        )
+        .wait_for("the standby ready", Duration::from_secs(30), async || {
+            is_200(&status(ports[1], "/readyz"))
+        })
         .await;
-    assert!(
-        !is_200(&status(ports[1], "/readyz")),
-        "a standby is not ready"
-    );
+    assert_ne!(world.holder().await.as_deref(), Some(standby_id.as_str()));
     run_pod(&world, "before").await;
     assert!(
         leader.try_wait().unwrap().is_none(),

@@ -1,6 +1,6 @@
 //! Start-up, before the process leads: the Kubernetes client, the providers from the
-//! environment, `/metrics` and the health endpoints (served at once, so a standby reports
-//! itself not ready), the cluster identity and the CRDs.
+//! environment, `/metrics` and the health endpoints (served at once: not ready until the
+//! replica stands by), the cluster identity and the CRDs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,7 +85,7 @@ pub(super) struct Started {
     pub providers: Vec<Arc<dyn Provider>>,
     /// The supervised tasks (the metrics server is the first).
     pub tasks: Supervisor,
-    /// `/readyz`: true once the leader's caches are synced.
+    /// `/readyz`: true while a standby waits to lead, and once the leader's caches are synced.
     pub ready: watch::Sender<bool>,
     pub cluster: ClusterId,
 }
