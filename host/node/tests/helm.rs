@@ -12,7 +12,6 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use neocloud_core::ProviderId;
@@ -22,7 +21,7 @@ use neocloud_testenv::TestContext;
 use serde_json::Value;
 
 mod support;
-use support::can_i;
+use support::{can_i, helm};
 
 /// The node's metrics as Prometheus stores them: counters with `_total`, histograms as their base.
 const METRICS: &[&str] = &[
@@ -62,23 +61,6 @@ fn succeeded(what: &str, out: Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-/// helm from `hack/helm/build.sh`: built on first use, cached afterwards. Once per test binary,
-/// so that concurrent tests do not build it side by side on a cold cache.
-fn helm() -> PathBuf {
-    static HELM: OnceLock<PathBuf> = OnceLock::new();
-    HELM.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(repo().join("hack/helm/build.sh"))
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap();
-        let path = PathBuf::from(succeeded("hack/helm/build.sh", out).lines().last().unwrap());
-        assert!(path.is_file(), "hack/helm/build.sh printed {path:?}");
-        path
-    })
-    .clone()
 }
 
 /// `helm template` of the chart as the release `neocloud-node` in aibrix-system, CRDs included.
@@ -334,16 +316,7 @@ async fn the_rendered_chart_passes_a_server_side_dry_run() {
 
 /// `helm` run against the test control plane, with its own config and cache directories.
 fn helm_on(ctx: &TestContext, home: &Path, args: &[&str]) -> String {
-    let out = Command::new(helm())
-        .current_dir(repo())
-        .env("KUBECONFIG", ctx.control_plane.admin_kubeconfig())
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .args(args)
-        .output()
-        .unwrap();
-    succeeded(&format!("helm {args:?}"), out)
+    support::helm_on(&ctx.control_plane.admin_kubeconfig(), home, args)
 }
 
 #[tokio::test(flavor = "multi_thread")]

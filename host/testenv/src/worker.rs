@@ -80,6 +80,7 @@ pub struct WorkerNode {
     kubelet: Option<Supervised>,
     kube_proxy: Option<Supervised>,
     forwarder: Option<Forwarder>,
+    exposed: Vec<Forwarder>,
     keep_dir: bool,
 }
 
@@ -172,7 +173,8 @@ fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
         .collect()
 }
 
-/// A TCP forwarder from the host's end of the veth pair to the API server on loopback.
+/// A TCP forwarder from the host's end of the veth pair to a server on loopback (the API
+/// server, or one a test exposes to the node's Pods).
 #[derive(Debug)]
 struct Forwarder {
     port: u16,
@@ -183,7 +185,7 @@ struct Forwarder {
 impl Forwarder {
     fn start(listen: Ipv4Addr, target: u16) -> Result<Forwarder, Error> {
         let listener = TcpListener::bind((listen, 0))
-            .map_err(|e| Error::io(format!("listen on {listen} for the kubelet"), e))?;
+            .map_err(|e| Error::io(format!("listen on {listen} for the worker node"), e))?;
         listener
             .set_nonblocking(true)
             .map_err(|e| Error::io("make the forwarder's listener non-blocking", e))?;
@@ -366,6 +368,7 @@ impl WorkerNode {
             kubelet: None,
             kube_proxy: None,
             forwarder: None,
+            exposed: Vec::new(),
             keep_dir,
         };
         // From here on, a failure tears down what was made (Drop).
@@ -438,7 +441,7 @@ impl WorkerNode {
 
     /// Imports image `reference` into the node's containerd: a root filesystem with only
     /// Debian's static busybox (as `/bin/sh`, `echo`, `sleep`, `cat`, `env`, `hostname`, `ip`,
-    /// `wget`, `nc`) and this entrypoint. Pods must use `imagePullPolicy: Never` or
+    /// `wget`, `nc`, `od`) and this entrypoint. Pods must use `imagePullPolicy: Never` or
     /// `IfNotPresent`: nothing can be pulled.
     pub fn import_busybox(&self, reference: &str, entrypoint: &[&str]) -> Result<(), Error> {
         let slug: String = reference
@@ -668,6 +671,16 @@ state = "{state}"
         Ipv4Addr::new(a, b, c, 1)
     }
 
+    /// Makes a server listening on loopback `port` (a cloud simulator a test started) reachable
+    /// from the node's Pods, at the returned address on the host's end of the veth pair. Lasts
+    /// as long as the node.
+    pub fn expose(&mut self, port: u16) -> Result<std::net::SocketAddrV4, Error> {
+        let forwarder = Forwarder::start(self.host_ip(), port)?;
+        let address = std::net::SocketAddrV4::new(self.host_ip(), forwarder.port);
+        self.exposed.push(forwarder);
+        Ok(address)
+    }
+
     fn start_kubelet(
         &mut self,
         cp: &ControlPlane,
@@ -763,7 +776,9 @@ state = "{state}"
             // Zeros leave the host-wide conntrack settings alone.
             "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s",
                           "tcpCloseWaitTimeout": "0s", "udpTimeout": "0s", "udpStreamTimeout": "0s"},
-            "iptables": {"localhostNodePorts": false},
+            // Pod to Service to a Pod on the same bridge needs the reply to come back through the
+            // node (no br_netfilter here): masquerade every Service connection.
+            "iptables": {"localhostNodePorts": false, "masqueradeAll": true},
         });
         let config_path = self.dir.join("kube-proxy.yaml");
         write_file(&config_path, &config.to_string())?;
@@ -961,6 +976,7 @@ state = "{state}"
             }
         }
         self.forwarder.take();
+        self.exposed.clear();
         if !self.keep_dir {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

@@ -329,3 +329,50 @@ pub async fn on_a_terminal(
     .await
     .unwrap()
 }
+
+/// helm from `hack/helm/build.sh`: built on first use, cached afterwards. Once per test binary,
+/// so that concurrent tests do not build it side by side on a cold cache.
+pub fn helm() -> std::path::PathBuf {
+    static HELM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    HELM.get_or_init(|| {
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = std::process::Command::new("bash")
+            .arg(repo.join("hack/helm/build.sh"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "hack/helm/build.sh failed: {}",
+            out.status
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let path = std::path::PathBuf::from(stdout.lines().last().unwrap_or_default());
+        assert!(path.is_file(), "hack/helm/build.sh printed {path:?}");
+        path
+    })
+    .clone()
+}
+
+/// `helm` against the cluster of `kubeconfig`, run from the repository, with its own config,
+/// cache and data directories under `home`; fails the test unless it succeeds, and returns its
+/// standard output.
+pub fn helm_on(kubeconfig: &std::path::Path, home: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(helm())
+        .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .env("KUBECONFIG", kubeconfig)
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm {args:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
