@@ -20,8 +20,8 @@
 //!
 //! At the end the worker node leaves nothing behind.
 //!
-//! The image is built from the test build's (debug) binary; `make image` ships the release build
-//! through the same script. Figures (apply to Ready, leader change, resident memory) are printed
+//! The image is built from the test build's (debug) binary, or `$NEOCLOUD_E2E_NODE_BINARY`;
+//! `make image` ships the release build through the same script. Figures (apply to Ready, leader change, resident memory) are printed
 //! for docs/BENCHMARKS.md.
 
 use std::path::{Path, PathBuf};
@@ -39,6 +39,10 @@ use neocloud_testenv::{ControlPlane, Options, WorkerNode};
 use serde_json::json;
 
 mod support;
+
+/// The binary the image holds: this build's unless set (`target/release/neocloud-node` for the
+/// figures in docs/BENCHMARKS.md).
+const BINARY_ENV: &str = "NEOCLOUD_E2E_NODE_BINARY";
 
 const NS: &str = "aibrix-system";
 const IMAGE: &str = "ghcr.io/aibrix/neocloud-node:e2e";
@@ -315,7 +319,8 @@ async fn the_shipped_manifests_run_on_a_real_node_lead_fail_over_and_burst() {
     let image_dir = dir.path().join("image");
     let built = std::process::Command::new("python3")
         .arg(repo().join("hack/image/build.py"))
-        .args(["--binary", env!("CARGO_BIN_EXE_neocloud-node")])
+        .arg("--binary")
+        .arg(std::env::var_os(BINARY_ENV).unwrap_or(env!("CARGO_BIN_EXE_neocloud-node").into()))
         .arg("--out")
         .arg(&image_dir)
         .args(["--ref", IMAGE])
