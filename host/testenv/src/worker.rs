@@ -29,7 +29,8 @@
 //! the kubelet, kills every container process and shim, stops containerd, unmounts what they
 //! mounted, removes the cgroups and the namespace, restores the sysctls and removes its
 //! directory (`NEOCLOUD_TESTENV_KEEP=1` keeps it); [`Leftovers::of`] says what, if anything,
-//! is left. Not for production use.
+//! is left, and [`WorkerNode::leftovers_after`] also compares the host's iptables rules with
+//! those it had when the node started. Not for production use.
 
 use std::io::Write as _;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -76,6 +77,8 @@ pub struct WorkerNode {
     node_ip: Ipv4Addr,
     cgroup: String,
     sysctls: Vec<(String, String)>,
+    /// The host's iptables rules when the node started.
+    host_rules: Vec<String>,
     containerd: Option<Supervised>,
     kubelet: Option<Supervised>,
     kube_proxy: Option<Supervised>,
@@ -364,6 +367,7 @@ impl WorkerNode {
             node_ip: Ipv4Addr::new(10, 250, subnet, 2),
             cgroup: format!("neocloud-worker-{id:06x}"),
             sysctls,
+            host_rules: host_iptables_rules(),
             containerd: None,
             kubelet: None,
             kube_proxy: None,
@@ -986,9 +990,15 @@ state = "{state}"
     pub fn leftovers_after(self) -> Leftovers {
         let (dir, netns, cgroup) = (self.dir.clone(), self.netns.clone(), self.cgroup.clone());
         let sysctls = self.sysctls.clone();
+        let host_rules = self.host_rules.clone();
         let pod_netns = self.pod_netns();
         drop(self);
         let mut left = Leftovers::of(&dir, &netns, &cgroup, &sysctls);
+        for rule in host_iptables_rules() {
+            if !host_rules.contains(&rule) {
+                left.0.push(format!("host iptables rule {rule}"));
+            }
+        }
         for path in pod_netns {
             if path.exists() {
                 left.0
@@ -1003,6 +1013,31 @@ impl Drop for WorkerNode {
     fn drop(&mut self) {
         self.teardown();
     }
+}
+
+/// The host's IPv4 and IPv6 rules and chains in every table (`iptables -t T -S`), one line each
+/// prefixed with the command and table; a table the kernel lacks reads as empty. The kubelet's,
+/// kube-proxy's and the bridge plugin's rules belong in the node's namespace, never here.
+fn host_iptables_rules() -> Vec<String> {
+    let mut rules = Vec::new();
+    for command in ["iptables", "ip6tables"] {
+        for table in ["filter", "nat", "mangle", "raw"] {
+            let Ok(out) = Command::new(command)
+                .args(["-w", "-t", table, "-S"])
+                .output()
+            else {
+                continue;
+            };
+            if out.status.success() {
+                rules.extend(
+                    String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .map(|line| format!("{command} -t {table} {line}")),
+                );
+            }
+        }
+    }
+    rules
 }
 
 /// What a worker node left behind; empty when it cleaned up after itself.
