@@ -41,12 +41,13 @@ test-unit: ## library unit tests only (no control plane)
 test-integration: testenv ## integration tests against the real control plane
 	$(CARGO) test -p neocloud-testenv -p neocloud-runner -p neocloud-node --tests
 
-testenv: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, the kubelet, the OCI registry, the OpenTelemetry Collector and KWOK (cached)
+testenv: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, the kubelet and kube-proxy, the OCI registry, the OpenTelemetry Collector, KWOK and helm (cached)
 	bash hack/testenv/build.sh >/dev/null
 	bash hack/testenv/build-kubelet.sh >/dev/null
 	bash hack/testenv/build-registry.sh >/dev/null
 	bash hack/testenv/build-otelcol.sh >/dev/null
 	bash hack/testenv/build-kwok.sh >/dev/null
+	bash hack/helm/build.sh >/dev/null
 
 bench: ## criterion benchmarks (figures go to docs/BENCHMARKS.md)
 	$(CARGO) bench --workspace
