@@ -4,7 +4,7 @@
 //! It does not decide what "ready" means for a component: callers pass the probe.
 
 use std::future::Future;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -26,10 +26,15 @@ pub fn free_port() -> Result<u16, Error> {
 
 /// `GET path` over plain HTTP/1.0 on 127.0.0.1; returns the status code and body.
 pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))
+    http_get_at(SocketAddr::from(([127, 0, 0, 1], port)), path).await
+}
+
+/// `GET path` over plain HTTP/1.0 at `addr`; returns the status code and body.
+pub async fn http_get_at(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let mut stream = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
     stream
         .write_all(request.as_bytes())
         .await

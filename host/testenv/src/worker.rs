@@ -222,23 +222,6 @@ impl Forwarder {
     }
 }
 
-/// The status code of a plain HTTP GET of `path` at `addr`.
-fn http_status(addr: std::net::SocketAddrV4, path: &str) -> std::io::Result<u16> {
-    use std::io::Read as _;
-    let mut stream = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head)?;
-    std::str::from_utf8(&head[9..12])
-        .ok()
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| std::io::Error::other("not an HTTP response"))
-}
-
 /// Copies both ways until either side closes.
 fn pipe(a: TcpStream, b: TcpStream) {
     let copy = |mut from: TcpStream, mut to: TcpStream| {
@@ -798,14 +781,13 @@ state = "{state}"
             &self.dir.join("kube-proxy.log"),
             None,
         )?;
-        let ready = readiness::wait_until_ready(&mut process, Duration::from_secs(60), || {
-            let status = http_status(healthz, "/healthz");
-            async move {
-                match status {
-                    Ok(200) => Ok(()),
-                    Ok(code) => Err(format!("/healthz answered {code}")),
-                    Err(e) => Err(e.to_string()),
-                }
+        let ready = readiness::wait_until_ready(&mut process, Duration::from_secs(60), || async {
+            let probe = readiness::http_get_at(healthz.into(), "/healthz");
+            match tokio::time::timeout(Duration::from_secs(2), probe).await {
+                Ok(Ok((200, _))) => Ok(()),
+                Ok(Ok((code, _))) => Err(format!("/healthz answered {code}")),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err("/healthz did not answer within 2 s".to_owned()),
             }
         })
         .await;
