@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use neocloud_core::ProviderId;
@@ -21,7 +21,7 @@ use neocloud_testenv::TestContext;
 use serde_json::Value;
 
 mod support;
-use support::{can_i, helm};
+use support::{can_i, helm, succeeded};
 
 /// The node's metrics as Prometheus stores them: counters with `_total`, histograms as their base.
 const METRICS: &[&str] = &[
@@ -50,17 +50,6 @@ const CHART: &str = "deploy/helm/neocloud-node";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn succeeded(what: &str, out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// `helm template` of the chart as the release `neocloud-node` in aibrix-system, CRDs included.

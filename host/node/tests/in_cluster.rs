@@ -26,7 +26,6 @@
 //! for docs/BENCHMARKS.md.
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -95,15 +94,9 @@ struct Rig {
 }
 
 impl Rig {
-    fn kubectl(&self, args: &[&str]) -> Output {
+    fn kubectl(&self, args: &[&str]) -> String {
         let out = self.cp.kubectl().args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        support::succeeded(&format!("kubectl {args:?}"), out)
     }
 
     /// Writes an overlay of `config/default` (with `components`) whose kustomization also holds

@@ -341,12 +341,7 @@ pub fn helm() -> std::path::PathBuf {
             .stderr(std::process::Stdio::inherit())
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "hack/helm/build.sh failed: {}",
-            out.status
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stdout = succeeded("hack/helm/build.sh", out);
         let path = std::path::PathBuf::from(stdout.lines().last().unwrap_or_default());
         assert!(path.is_file(), "hack/helm/build.sh printed {path:?}");
         path
@@ -367,12 +362,17 @@ pub fn helm_on(kubeconfig: &std::path::Path, home: &std::path::Path, args: &[&st
         .args(args)
         .output()
         .unwrap();
+    succeeded(&format!("helm {args:?}"), out)
+}
+
+/// Fails the test unless `out` (of `what`) succeeded, showing its output; returns its stdout.
+pub fn succeeded(what: &str, out: std::process::Output) -> String {
     assert!(
         out.status.success(),
-        "helm {args:?} failed ({}):\n{}\n{}",
+        "{what} failed ({}):\n{}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8(out.stdout).unwrap()
 }
