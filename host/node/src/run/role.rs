@@ -16,13 +16,14 @@ use serde_json::json;
 /// The label the leader's Pod carries.
 pub const LEADER_LABEL: &str = "cloud.aibrix.ai/leader";
 
-/// This replica's Pod, from the Downward API's `POD_NAME` and `POD_NAMESPACE`.
-fn own_pod() -> Option<(String, String)> {
+/// This replica's Pod, from the Downward API's `POD_NAME` and `POD_NAMESPACE`: the Pods of its
+/// namespace, the namespace, and its name.
+fn own_pod(client: &Client) -> Option<(Api<Pod>, String, String)> {
     let name = std::env::var("POD_NAME").ok().filter(|n| !n.is_empty())?;
     let namespace = std::env::var("POD_NAMESPACE")
         .ok()
         .filter(|n| !n.is_empty())?;
-    Some((namespace, name))
+    Some((Api::namespaced(client.clone(), &namespace), namespace, name))
 }
 
 async fn set(pods: &Api<Pod>, name: &str, leader: bool) -> kube::Result<()> {
@@ -38,10 +39,9 @@ async fn set(pods: &Api<Pod>, name: &str, leader: bool) -> kube::Result<()> {
 
 /// A replica starting (a standby until it leads): its Pod is not the leader's.
 pub async fn standing_by(client: &Client) {
-    let Some((namespace, name)) = own_pod() else {
+    let Some((pods, namespace, name)) = own_pod(client) else {
         return;
     };
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     if let Err(error) = set(&pods, &name, false).await {
         tracing::warn!(pod = %format!("{namespace}/{name}"), %error,
             "could not take the {LEADER_LABEL} label off this replica's Pod");
@@ -50,10 +50,9 @@ pub async fn standing_by(client: &Client) {
 
 /// This replica leads: its Pod gets the label, and no other Pod of its namespace keeps it.
 pub async fn leading(client: &Client) {
-    let Some((namespace, name)) = own_pod() else {
+    let Some((pods, namespace, name)) = own_pod(client) else {
         return;
     };
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     if let Err(error) = set(&pods, &name, true).await {
         tracing::warn!(pod = %format!("{namespace}/{name}"), %error,
             "could not label this replica's Pod {LEADER_LABEL}=true; a Service selecting it \
