@@ -23,7 +23,9 @@ pub struct Options {
     /// How long the controller manager waits for a node's heartbeat before it marks the node
     /// unreachable and taints it (`--node-monitor-grace-period`).
     pub node_monitor_grace_period: Duration,
-    /// Extra flags for kube-apiserver, appended after the defaults.
+    /// Extra flags for kube-apiserver, appended after the defaults (a later flag wins). By
+    /// default, `NEOCLOUD_TESTENV_APISERVER_ARGS` split on whitespace, for example
+    /// `--profiling=true` to profile the API server under a bench.
     pub extra_apiserver_args: Vec<String>,
     /// Keep the working directory (certificates, kubeconfigs, logs, etcd data) after stopping.
     pub keep_dir: bool,
@@ -34,7 +36,9 @@ impl Default for Options {
         Self {
             bin_dir: None,
             node_monitor_grace_period: Duration::from_secs(10),
-            extra_apiserver_args: Vec::new(),
+            extra_apiserver_args: std::env::var("NEOCLOUD_TESTENV_APISERVER_ARGS")
+                .map(|args| args.split_whitespace().map(str::to_owned).collect())
+                .unwrap_or_default(),
             keep_dir: std::env::var_os("NEOCLOUD_TESTENV_KEEP").is_some(),
         }
     }
