@@ -21,7 +21,15 @@ pub(super) async fn reconcile(
     if !b.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
-    let _turn = r.turn().await;
+    // The Pod cache answers for the common case (the Pod lives, and every write to its binding
+    // comes here), without waiting for a turn; a release is decided only on what the API
+    // server says.
+    let ns = b.namespace().unwrap_or_default();
+    let being_deleted = b.metadata.deletion_timestamp.is_some();
+    if !being_deleted && r.pod_lives(&ns, &b.spec.pod_name, &b.spec.pod_uid).await? {
+        return Ok(Action::await_change());
+    }
+    let _turn = r.turns.wait().await;
     Box::pin(release_if_orphaned(b, r)).await
 }
 
@@ -29,12 +37,6 @@ pub(super) async fn reconcile(
 async fn release_if_orphaned(b: Arc<CloudPodBinding>, r: Arc<Reconciler>) -> Result<Action, Error> {
     let ns = b.namespace().unwrap_or_default();
     let being_deleted = b.metadata.deletion_timestamp.is_some();
-    // The Pod cache answers for the common case (the Pod lives); a release is decided only on
-    // what the API server says.
-    let cached = r.pod_lives(&ns, &b.spec.pod_name, &b.spec.pod_uid).await?;
-    if cached && !being_deleted {
-        return Ok(Action::await_change());
-    }
     let pods: Api<Pod> = Api::namespaced(r.client.clone(), &ns);
     let pod = pods.get_opt(&b.spec.pod_name).await?;
     let pod_lives = pod.is_some_and(|p| p.uid().as_deref() == Some(b.spec.pod_uid.as_str()));

@@ -33,6 +33,7 @@ mod slim;
 mod spend;
 #[cfg(test)]
 mod stale_tests;
+mod turns;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,8 +124,8 @@ pub struct Reconciler {
     metrics: Arc<Metrics>,
     policies: Option<Arc<PolicyRegistry>>,
     caches: std::sync::OnceLock<Caches>,
-    /// Reconciles running at once, granted first come, first served (see [`Reconciler::run`]).
-    turns: Arc<tokio::sync::Semaphore>,
+    /// Reconciles running at once, granted first come, first served (see [`turns`]).
+    turns: Arc<turns::Turns>,
     translations: Translations,
 }
 
@@ -234,9 +235,7 @@ impl Reconciler {
             metrics,
             policies,
             caches: std::sync::OnceLock::new(),
-            turns: Arc::new(tokio::sync::Semaphore::new(usize::from(
-                cfg_concurrency.max(1),
-            ))),
+            turns: turns::Turns::new(usize::from(cfg_concurrency)),
             translations: Translations::default(),
         })
     }
@@ -272,8 +271,9 @@ impl Reconciler {
         // The controllers' own limit is off: when more reconciles are due than it allows, kube's
         // runner parks the rest in a hash set and takes from it in hash order, so under a
         // sustained load (many Pods retrying OverBudget) the same Pods win every turn and others
-        // are never reconciled. Each reconcile takes a turn from `turns` instead, a FIFO
-        // semaphore of `concurrency` permits: every due Pod waits its turn and gets it.
+        // are never reconciled. Each reconcile takes one of `concurrency` turns instead, first
+        // come, first served: a Pod without one waits in line outside the controller and is
+        // triggered when its turn comes (see `turns`).
         let config = ControllerConfig::default();
         // The caches keep every Pod and binding of the node: what the reconciler never reads
         // is dropped before caching (see `slim`; for bindings, their managedFields).
@@ -296,6 +296,12 @@ impl Reconciler {
             });
             pod_controller = pod_controller.reconcile_on(triggers);
         }
+        let (turn_tx, turn_rx) = tokio::sync::mpsc::unbounded_channel();
+        self.turns.connect(turn_tx, pod_controller.store());
+        let turned = futures::stream::unfold(turn_rx, |mut rx| async move {
+            rx.recv().await.map(|pod| (pod, rx))
+        });
+        pod_controller = pod_controller.reconcile_on(turned);
         let (binding_reader, binding_writer) = reflector::store();
         let binding_stream = watcher::watcher(bindings, ours)
             .default_backoff()
@@ -399,12 +405,6 @@ impl Reconciler {
         }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         Ok(api.get_opt(name).await?.is_some_and(|p| lives(&p)))
-    }
-
-    /// Waits for a turn to reconcile (first come, first served); the turn ends when the
-    /// returned permit is dropped. (`None` only if the semaphore were closed, which it never is.)
-    pub(super) async fn turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        Arc::clone(&self.turns).acquire_owned().await.ok()
     }
 
     /// Publishes an event on `obj`; a failure is logged, never fatal.

@@ -34,9 +34,12 @@ pub const MAX_REPLACEMENTS: usize = 5;
 
 /// Reconciles one Pod bound to the node.
 pub(super) async fn reconcile(pod: Arc<Pod>, r: Arc<Reconciler>) -> Result<Action, Error> {
-    // Every due Pod waits here for its turn; the reconcile itself (a future of about 20 KiB)
-    // is allocated only once the turn comes, so a thousand waiting Pods cost little memory.
-    let _turn = r.turn().await;
+    // A due Pod without a turn waits in line and is reconciled again when its turn comes; the
+    // reconcile itself (a future of about 20 KiB) is allocated only once it has its turn.
+    let key = kube::runtime::reflector::ObjectRef::from_obj(&*pod);
+    let Some(_turn) = r.turns.pod(&key).await else {
+        return Ok(Action::await_change());
+    };
     Box::pin(reconcile_turn(pod, r)).await
 }
 
