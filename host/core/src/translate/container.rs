@@ -68,13 +68,12 @@ pub(super) fn translate(spec: &PodSpec, out: &mut Vec<Refusal>) -> Option<Contai
 /// line of a rented VM: anything else (an option such as `--privileged`, whitespace, a newline)
 /// is refused here, before anything is rented.
 fn image_refused(image: &str) -> Option<String> {
-    match image.parse::<oci_spec::distribution::Reference>() {
-        Ok(_) => None,
-        Err(e) => Some(format!(
+    super::image_ref::reference_error(image).map(|e| {
+        format!(
             "{image:?} is not an image reference ([registry/]name[:tag][@digest], lower-case \
              name): {e}"
-        )),
-    }
+        )
+    })
 }
 
 fn check_security(c: &Container, at: &str, out: &mut Vec<Refusal>) {

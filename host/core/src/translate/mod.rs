@@ -7,6 +7,7 @@
 
 mod annotations;
 mod container;
+mod image_ref;
 mod pod_level;
 
 use std::fmt;
