@@ -29,6 +29,8 @@ pub(crate) fn run<R>(
     site: &CallSite<'_>,
     call: impl FnOnce(&mut Store<HostState>, &Instance) -> wasmtime::Result<R>,
 ) -> (Result<R, WasmError>, DecisionLog) {
+    // The epoch advances from before the store's deadline is set until the call has ended.
+    let _ticking = site.engine.ticking();
     let mut store = match new_store(site) {
         Ok(store) => store,
         Err(e) => {

@@ -56,7 +56,7 @@ struct Inner {
     disk: Option<Cache>,
     from_bytes: AtomicU64,
     memory_hits: AtomicU64,
-    _ticker: EpochTicker,
+    ticker: EpochTicker,
 }
 
 impl std::fmt::Debug for Inner {
@@ -84,7 +84,7 @@ impl WasmEngine {
             disk,
             from_bytes: AtomicU64::new(0),
             memory_hits: AtomicU64::new(0),
-            _ticker: ticker,
+            ticker,
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -127,6 +127,11 @@ impl WasmEngine {
     /// The engine configuration this engine was built with.
     pub fn config(&self) -> &EngineConfig {
         &self.inner.config
+    }
+
+    /// Keeps the epoch advancing (so deadlines pass) while the guard lives: one per call.
+    pub(crate) fn ticking(&self) -> super::ticker::Ticking {
+        self.inner.ticker.ticking()
     }
 
     pub(crate) fn wasmtime(&self) -> &Engine {
