@@ -348,7 +348,7 @@ async fn measure(
     } else {
         None
     };
-    child.kill().await.unwrap();
+    stop(child).await;
     drop(sink);
     Row {
         label: imp.label(settings.concurrency, settings.poll_ms),
@@ -439,8 +439,29 @@ fn spawn(
         .stdout(std::fs::File::create(log.with_extension("stdout")).unwrap())
         .stderr(std::fs::File::create(log).unwrap())
         .kill_on_drop(true)
+        // Its own process group, so that a wrapper's child (the node under heaptrack) is
+        // stopped with it.
+        .process_group(0)
         .spawn()
         .unwrap_or_else(|e| panic!("failed to start the {imp:?} node: {e}"))
+}
+
+/// Stops the implementation's process group: SIGTERM first (the node hands its Lease back and a
+/// profiler wrapping it writes its data), SIGKILL after 10 s.
+async fn stop(mut child: tokio::process::Child) {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        let group = Pid::from_raw(pid);
+        let _ = killpg(group, Signal::SIGTERM);
+        if tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .is_err()
+        {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+    }
+    let _ = child.kill().await;
 }
 
 fn neocloud_config(node: &str, settings: &Settings, port: u16) -> String {
