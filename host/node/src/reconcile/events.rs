@@ -97,7 +97,13 @@ impl Publisher {
             type_: Some(if warning { "Warning" } else { "Normal" }.to_owned()),
             ..Event::default()
         };
-        events.create(&PostParams::default(), &event).await?;
+        // Sent raw: the created Event the API server answers with is not read.
+        let body = serde_json::to_vec(&event).map_err(kube::Error::SerdeError)?;
+        let request =
+            kube::core::Request::new(<Event as kube::Resource>::url_path(&(), Some(namespace)))
+                .create(&PostParams::default(), body)
+                .map_err(kube::Error::BuildRequest)?;
+        self.client.request_text(request).await?;
         self.series.lock().insert(
             key,
             Series {

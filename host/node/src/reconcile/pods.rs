@@ -79,15 +79,19 @@ impl Reconciler {
         if is_current(pod, want) {
             return Ok(false);
         }
-        let pods: Api<Pod> =
-            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         let body = apply_body(pod, want, &self.cfg.host_ip, &rfc3339(Utc::now()));
-        pods.patch_status(
-            &pod.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
+        // The API server answers with the whole Pod, which nothing here reads: the request is
+        // sent raw and its answer only checked for an error, not decoded.
+        let namespace = pod.namespace().unwrap_or_default();
+        let request = kube::core::Request::new(Pod::url_path(&(), Some(&namespace)))
+            .patch_subresource(
+                "status",
+                &pod.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .map_err(kube::Error::BuildRequest)?;
+        self.client.request_text(request).await?;
         Ok(true)
     }
 
