@@ -43,10 +43,17 @@ struct State {
 /// The node's reconcile turns.
 pub(super) struct Turns {
     state: Mutex<State>,
-    /// Where a Pod whose turn came is sent to be reconciled; set when the controllers start.
-    trigger: Mutex<Option<mpsc::UnboundedSender<ObjectRef<Pod>>>>,
+    /// Set when the controllers start.
+    connection: Mutex<Option<Connection>>,
+}
+
+/// How turns reach Pods once the controllers run.
+#[derive(Clone)]
+struct Connection {
+    /// Where a Pod whose turn came is sent to be reconciled.
+    trigger: mpsc::UnboundedSender<ObjectRef<Pod>>,
     /// The Pod cache: a Pod no longer in it is skipped rather than handed a turn.
-    pods: Mutex<Option<Store<Pod>>>,
+    pods: Store<Pod>,
 }
 
 /// A turn to reconcile; it ends (and goes to the next in line) when dropped.
@@ -72,15 +79,13 @@ impl Turns {
                 queued: HashSet::new(),
                 granted: HashMap::new(),
             }),
-            trigger: Mutex::new(None),
-            pods: Mutex::new(None),
+            connection: Mutex::new(None),
         })
     }
 
     /// Starts handing turns to Pods through `trigger`, skipping Pods no longer in `pods`.
     pub(super) fn connect(&self, trigger: mpsc::UnboundedSender<ObjectRef<Pod>>, pods: Store<Pod>) {
-        *self.trigger.lock() = Some(trigger);
-        *self.pods.lock() = Some(pods);
+        *self.connection.lock() = Some(Connection { trigger, pods });
     }
 
     /// The turn of `pod` if one is free and nobody waits, or if its turn came; otherwise `pod`
@@ -88,29 +93,24 @@ impl Turns {
     /// triggered again when its turn comes. Before the controllers run (no trigger), it waits
     /// in place instead.
     pub(super) async fn pod(self: &Arc<Self>, pod: &ObjectRef<Pod>) -> Option<Turn> {
-        if self.trigger.lock().is_none() {
+        if self.connection.lock().is_none() {
             return Some(self.wait().await);
         }
-        let expired = {
+        let (takes, expired) = {
             let mut s = self.state.lock();
             let expired = s.expired(Instant::now());
             let granted = s.granted.remove(pod).is_some();
             let takes = granted || (s.free > 0 && s.waiting.is_empty());
-            if !takes {
-                if s.queued.insert(pod.clone()) {
-                    s.waiting.push_back(Waiter::Pod(pod.clone()));
-                }
-                drop(s);
-                self.hand_over(expired);
-                return None;
+            if !takes && s.queued.insert(pod.clone()) {
+                s.waiting.push_back(Waiter::Pod(pod.clone()));
             }
-            if !granted {
+            if takes && !granted {
                 s.free -= 1;
             }
-            expired
+            (takes, expired)
         };
         self.hand_over(expired);
-        Some(self.turn())
+        takes.then(|| self.turn())
     }
 
     /// Waits in line for a turn.
@@ -152,8 +152,7 @@ impl Turns {
     }
 
     fn hand_over_one(self: &Arc<Self>) {
-        let trigger = self.trigger.lock().clone();
-        let pods = self.pods.lock().clone();
+        let connection = self.connection.lock().clone();
         let mut s = self.state.lock();
         loop {
             match s.waiting.pop_front() {
@@ -163,11 +162,11 @@ impl Turns {
                 }
                 Some(Waiter::Pod(pod)) => {
                     s.queued.remove(&pod);
-                    if pods.as_ref().is_some_and(|p| p.get(&pod).is_none()) {
+                    let Some(c) = &connection else { continue };
+                    if c.pods.get(&pod).is_none() {
                         continue;
                     }
-                    let Some(trigger) = &trigger else { continue };
-                    if trigger.send(pod.clone()).is_ok() {
+                    if c.trigger.send(pod.clone()).is_ok() {
                         s.granted.insert(pod, Instant::now());
                         return;
                     }
@@ -207,14 +206,28 @@ mod tests {
         ObjectRef::new(name).within("ns")
     }
 
+    /// `count` turns connected to a Pod cache holding `cached` (in namespace `ns`), and the
+    /// triggers they send.
+    fn connected(
+        count: usize,
+        cached: &[&str],
+    ) -> (Arc<Turns>, mpsc::UnboundedReceiver<ObjectRef<Pod>>) {
+        let turns = Turns::new(count);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (store, mut writer) = kube::runtime::reflector::store::<Pod>();
+        for name in cached {
+            let mut p = Pod::default();
+            p.metadata.name = Some((*name).to_owned());
+            p.metadata.namespace = Some("ns".into());
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(p));
+        }
+        turns.connect(tx, store);
+        (turns, rx)
+    }
+
     #[tokio::test]
     async fn pods_beyond_the_free_turns_wait_in_order_and_are_triggered_in_order() {
-        let turns = Turns::new(2);
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let (store, _writer) = kube::runtime::reflector::store::<Pod>();
-        // An empty store would skip every Pod; the tests run without one.
-        turns.connect(tx, store);
-        *turns.pods.lock() = None;
+        let (turns, mut rx) = connected(2, &["a", "b", "c", "d", "e"]);
         let a = turns.pod(&pod("a")).await.expect("a free turn");
         let b = turns.pod(&pod("b")).await.expect("a free turn");
         assert!(turns.pod(&pod("c")).await.is_none());
@@ -240,14 +253,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pod_gone_from_the_cache_is_skipped() {
-        let turns = Turns::new(1);
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let (store, mut writer) = kube::runtime::reflector::store::<Pod>();
-        turns.connect(tx, store);
-        let mut live = Pod::default();
-        live.metadata.name = Some("live".into());
-        live.metadata.namespace = Some("ns".into());
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(live));
+        let (turns, mut rx) = connected(1, &["first", "live"]);
         let held = turns.pod(&pod("first")).await.expect("a free turn");
         assert!(turns.pod(&pod("gone")).await.is_none());
         assert!(turns.pod(&pod("live")).await.is_none());
@@ -257,11 +263,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_turn_handed_to_a_pod_that_never_comes_is_taken_back() {
-        let turns = Turns::new(1);
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let (store, _writer) = kube::runtime::reflector::store::<Pod>();
-        turns.connect(tx, store);
-        *turns.pods.lock() = None;
+        let (turns, mut rx) = connected(1, &["a", "b", "c", "z"]);
         let held = turns.pod(&pod("a")).await.expect("a free turn");
         assert!(turns.pod(&pod("b")).await.is_none());
         assert!(turns.pod(&pod("c")).await.is_none());
@@ -279,11 +281,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiting_task_gets_its_turn_in_line_and_a_cancelled_one_passes_it_on() {
-        let turns = Turns::new(1);
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let (store, _writer) = kube::runtime::reflector::store::<Pod>();
-        turns.connect(tx, store);
-        *turns.pods.lock() = None;
+        let (turns, mut rx) = connected(1, &["a", "b"]);
         let held = turns.pod(&pod("a")).await.expect("a free turn");
         let cancelled = tokio::spawn({
             let turns = Arc::clone(&turns);
