@@ -97,13 +97,11 @@ impl Publisher {
             type_: Some(if warning { "Warning" } else { "Normal" }.to_owned()),
             ..Event::default()
         };
-        // Sent raw: the created Event the API server answers with is not read.
         let body = serde_json::to_vec(&event).map_err(kube::Error::SerdeError)?;
         let request =
             kube::core::Request::new(<Event as kube::Resource>::url_path(&(), Some(namespace)))
-                .create(&PostParams::default(), body)
-                .map_err(kube::Error::BuildRequest)?;
-        self.client.request_text(request).await?;
+                .create(&PostParams::default(), body);
+        super::send_unread(&self.client, request).await?;
         self.series.lock().insert(
             key,
             Series {

@@ -167,6 +167,19 @@ fn fingerprint(pod: &Pod) -> u64 {
     h.finish()
 }
 
+/// Sends a write whose answer nothing reads (a Pod's whole status, a created Event): the
+/// answer is checked for an error, which comes back as the same `kube::Error::Api`, but not
+/// decoded.
+async fn send_unread(
+    client: &Client,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<(), kube::Error> {
+    client
+        .request_text(request.map_err(kube::Error::BuildRequest)?)
+        .await?;
+    Ok(())
+}
+
 /// The controllers' caches of the node's Pods and bindings, for readers that must not list
 /// (a list of 1,000 Pods is megabytes per call).
 #[derive(Clone)]

@@ -80,8 +80,6 @@ impl Reconciler {
             return Ok(false);
         }
         let body = apply_body(pod, want, &self.cfg.host_ip, &rfc3339(Utc::now()));
-        // The API server answers with the whole Pod, which nothing here reads: the request is
-        // sent raw and its answer only checked for an error, not decoded.
         let namespace = pod.namespace().unwrap_or_default();
         let request = kube::core::Request::new(Pod::url_path(&(), Some(&namespace)))
             .patch_subresource(
@@ -89,9 +87,8 @@ impl Reconciler {
                 &pod.name_any(),
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&body),
-            )
-            .map_err(kube::Error::BuildRequest)?;
-        self.client.request_text(request).await?;
+            );
+        super::send_unread(&self.client, request).await?;
         Ok(true)
     }
 
