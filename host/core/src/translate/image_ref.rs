@@ -16,9 +16,10 @@
 //! `[ipv6]` registries are accepted, as the grammar allows since distribution 2.8. The `oci-spec` crate checks the same with a regular expression whose compiled form
 //! held about 7 MiB of the node's heap for as long as it ran (its `\w` is Unicode's).
 
+const INVALID: &str = "invalid reference format";
+
 /// Why `image` is not a reference by the grammar above, or `None`.
 pub(crate) fn reference_error(image: &str) -> Option<&'static str> {
-    const INVALID: &str = "invalid reference format";
     let (rest, digest) = match image.split_once('@') {
         Some((rest, digest)) => (rest, Some(digest)),
         None => (image, None),
@@ -89,30 +90,31 @@ fn is_path_component(c: &str) -> bool {
 }
 
 fn is_domain(domain: &str) -> bool {
-    let (host, port) = if let Some(after) = domain.strip_prefix('[') {
-        let Some((v6, rest)) = after.split_once(']') else {
-            return false;
-        };
-        if v6.is_empty() || !v6.bytes().all(|x| x.is_ascii_hexdigit() || x == b':') {
-            return false;
+    // `[ipv6]` or a dotted host name, then an optional `:port`.
+    let (host_ok, port) = match domain.strip_prefix('[') {
+        Some(after) => {
+            let Some((v6, rest)) = after.split_once(']') else {
+                return false;
+            };
+            let port = match rest {
+                "" => None,
+                _ => match rest.strip_prefix(':') {
+                    Some(port) => Some(port),
+                    None => return false,
+                },
+            };
+            let v6_ok = !v6.is_empty() && v6.bytes().all(|x| x.is_ascii_hexdigit() || x == b':');
+            (v6_ok, port)
         }
-        match rest {
-            "" => return true,
-            _ => match rest.strip_prefix(':') {
-                Some(port) => ("", Some(port)),
-                None => return false,
-            },
-        }
-    } else {
-        match domain.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (domain, None),
+        None => {
+            let (host, port) = match domain.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (domain, None),
+            };
+            (host.split('.').all(is_domain_component), port)
         }
     };
-    if port.is_some_and(|p| p.is_empty() || !p.bytes().all(|x| x.is_ascii_digit())) {
-        return false;
-    }
-    domain.starts_with('[') || host.split('.').all(is_domain_component)
+    host_ok && port.is_none_or(|p| !p.is_empty() && p.bytes().all(|x| x.is_ascii_digit()))
 }
 
 fn is_domain_component(c: &str) -> bool {
@@ -133,7 +135,6 @@ fn is_tag(tag: &str) -> bool {
 }
 
 fn digest_error(digest: &str) -> Option<&'static str> {
-    const INVALID: &str = "invalid reference format";
     let Some((algorithm, hex)) = digest.split_once(':') else {
         return Some(INVALID);
     };
