@@ -1,5 +1,6 @@
-use neocloud_protocol::session::{ExitStatus, TerminalSize};
-use tokio::io::DuplexStream;
+use futures::{SinkExt, StreamExt};
+use neocloud_protocol::session::{ExitStatus, FrameReader, TerminalSize, split_frames};
+use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
 
 use super::*;
 
@@ -18,19 +19,32 @@ fn exec(command: &[&str], tty: bool, stdin: bool) -> SessionRequest {
     }
 }
 
+/// The node's end of a session: frames both ways.
+struct Node {
+    reader: FrameReader<ReadHalf<DuplexStream>>,
+    writer: FrameWriter<WriteHalf<DuplexStream>>,
+}
+
+impl Node {
+    async fn send(&mut self, frame: Frame) {
+        self.writer.send(frame).await.expect("send a frame");
+    }
+}
+
 /// Serves `request` on one end of a pipe; the test speaks on the other.
-fn start(request: SessionRequest, target: ExecTarget) -> DuplexStream {
+fn start(request: SessionRequest, target: ExecTarget) -> Node {
     let (node, runner) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move { serve_session(runner, request, &target).await });
-    node
+    let (reader, writer) = split_frames(node);
+    Node { reader, writer }
 }
 
 /// Every frame until the runner closes the connection (at most 10 s).
-async fn read_all(node: &mut DuplexStream) -> Vec<Frame> {
+async fn read_all(node: &mut Node) -> Vec<Frame> {
     let mut frames = Vec::new();
     let read = async {
-        while let Some(frame) = Frame::read(node).await.expect("frame") {
-            frames.push(frame);
+        while let Some(frame) = node.reader.next().await {
+            frames.push(frame.expect("frame"));
         }
     };
     tokio::time::timeout(Duration::from_secs(10), read)
@@ -99,15 +113,9 @@ async fn a_command_that_cannot_start_says_why_without_an_exit_code() {
 #[tokio::test]
 async fn stdin_reaches_the_command_until_it_is_closed() {
     let mut node = start(exec(&["cat"], false, true), process());
-    Frame::Stdin(b"one\n".to_vec())
-        .write(&mut node)
-        .await
-        .expect("w");
-    Frame::Stdin(b"two\n".to_vec())
-        .write(&mut node)
-        .await
-        .expect("w");
-    Frame::StdinEnd.write(&mut node).await.expect("w");
+    node.send(Frame::Stdin(b"one\n".to_vec())).await;
+    node.send(Frame::Stdin(b"two\n".to_vec())).await;
+    node.send(Frame::StdinEnd).await;
     let frames = read_all(&mut node).await;
     assert_eq!(joined(&frames, stdout), "one\ntwo\n");
     assert_eq!(frames.last(), Some(&exit(0)));
@@ -146,11 +154,8 @@ async fn a_tty_command_runs_on_a_terminal_of_the_size_sent() {
         width: 101,
         height: 33,
     };
-    Frame::Resize(size).write(&mut node).await.expect("w");
-    Frame::Stdin(b"go\n".to_vec())
-        .write(&mut node)
-        .await
-        .expect("w");
+    node.send(Frame::Resize(size)).await;
+    node.send(Frame::Stdin(b"go\n".to_vec())).await;
     let frames = read_all(&mut node).await;
     let out = joined(&frames, stdout);
     assert!(out.contains("/dev/pts/"), "{out:?}");
@@ -173,11 +178,8 @@ async fn a_port_is_forwarded_both_ways_with_half_closes() {
         socket.write_all(&got).await.expect("write");
     });
     let mut node = start(SessionRequest::PortForward { port }, process());
-    Frame::Data(b"ping".to_vec())
-        .write(&mut node)
-        .await
-        .expect("w");
-    Frame::DataEnd.write(&mut node).await.expect("w");
+    node.send(Frame::Data(b"ping".to_vec())).await;
+    node.send(Frame::DataEnd).await;
     let frames = read_all(&mut node).await;
     let data: Vec<u8> = (frames.iter())
         .filter_map(|f| match f {
