@@ -124,20 +124,40 @@ async fn stdin_reaches_the_command_until_it_is_closed() {
 #[tokio::test]
 async fn a_dropped_connection_kills_the_command() {
     let dir = tempfile_dir();
-    let marker = dir.join("ended");
-    let script = format!("sleep 30; touch {}", marker.display());
+    let pid_file = dir.join("pid");
+    let script = format!("echo $$ > {}; sleep 30", pid_file.display());
     let node = start(exec(&["sh", "-c", &script], false, false), process());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pid = eventually("the command writes its pid", || {
+        let text = std::fs::read_to_string(&pid_file).ok()?;
+        text.trim().parse::<u32>().ok()
+    })
+    .await;
+    assert!(is_alive(pid), "the command {pid} runs before the drop");
     drop(node);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let output = std::process::Command::new("pgrep")
-        .args(["-f", &script])
-        .output();
-    if let Ok(output) = output {
-        assert!(output.stdout.is_empty(), "still running: {output:?}");
-    }
-    assert!(!marker.exists());
+    eventually("the command is killed", || (!is_alive(pid)).then_some(())).await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Whether process `pid` runs: it is in /proc and not a zombie waiting to be reaped.
+fn is_alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) state ...`: the state follows the last `)` (comm may hold one).
+    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+    !state.is_some_and(|rest| rest.starts_with('Z') || rest.starts_with('X'))
+}
+
+/// Polls `check` until it gives a value, failing after 10 s.
+async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn tempfile_dir() -> std::path::PathBuf {
