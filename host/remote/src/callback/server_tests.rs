@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use super::*;
 use crate::callback::{
     EnvVar, LogOptions, LogStream, RateLimit, RunnerEventKind, RunnerState, Secret, Workload,
