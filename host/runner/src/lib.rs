@@ -17,6 +17,7 @@ mod executor;
 mod session;
 mod shipper;
 mod stats;
+mod watchdog;
 
 use std::sync::Arc;
 use std::time::Duration;
