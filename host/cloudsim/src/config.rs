@@ -16,8 +16,8 @@ pub const DEFAULT_API_KEY: &str = "sim-key";
 /// The SSH key name the Lambda simulator has registered unless configured otherwise.
 pub const DEFAULT_SSH_KEY: &str = "sim-ssh-key";
 
-/// How one provider simulator behaves.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// How one provider simulator behaves. `Debug` redacts the API key.
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SimConfig {
     /// The only API key that is accepted.
@@ -71,6 +71,24 @@ pub struct SimConfig {
     /// start command (for tests, the built binary); `None` runs `neocloud-runner` from `PATH`.
     #[serde(default)]
     pub runner_binary: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for SimConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimConfig")
+            .field("api_key", &"<redacted>")
+            .field("port", &self.port)
+            .field("timing", &self.timing)
+            .field("offers", &self.offers)
+            .field("faults", &self.faults)
+            .field("preempt_spot_after_ms", &self.preempt_spot_after_ms)
+            .field("quota", &self.quota)
+            .field("launch_rate_limit", &self.launch_rate_limit)
+            .field("ssh_key_names", &self.ssh_key_names)
+            .field("run_user_data", &self.run_user_data)
+            .field("runner_binary", &self.runner_binary)
+            .finish()
+    }
 }
 
 impl Default for SimConfig {

@@ -29,11 +29,21 @@ struct Cluster {
     provisioned_at: Instant,
 }
 
-#[derive(Debug)]
 struct State_ {
     token: String,
     clusters: Vec<Cluster>,
     requests: u64,
+}
+
+/// `Debug` redacts the API token.
+impl std::fmt::Debug for State_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State_")
+            .field("token", &"<redacted>")
+            .field("clusters", &self.clusters)
+            .field("requests", &self.requests)
+            .finish()
+    }
 }
 
 /// A running NVKE management API on 127.0.0.1.

@@ -59,8 +59,9 @@ pub(crate) trait RunnerHost: Send + Sync + 'static {
     fn phase(&self, id: &str) -> Phase;
 }
 
-/// What to start for one instance.
-#[derive(Debug, Clone)]
+/// What to start for one instance. `Debug` shows the environment's names only (the runner's
+/// bootstrap token and credential are there).
+#[derive(Clone)]
 pub(crate) struct RunnerSpec {
     /// The simulator's name, for logs.
     pub provider: &'static str,
@@ -68,6 +69,20 @@ pub(crate) struct RunnerSpec {
     pub source: &'static str,
     pub binary: PathBuf,
     pub command: RunnerCommand,
+}
+
+impl std::fmt::Debug for RunnerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (args, env) = &self.command;
+        let env: Vec<String> = env.iter().map(|(k, _)| format!("{k}=<redacted>")).collect();
+        f.debug_struct("RunnerSpec")
+            .field("provider", &self.provider)
+            .field("source", &self.source)
+            .field("binary", &self.binary)
+            .field("args", args)
+            .field("env", &env)
+            .finish()
+    }
 }
 
 /// The binary to run in place of the runner path, if `run_user_data` is on.
@@ -330,6 +345,31 @@ mod tests {
     const DOWNLOAD: &str = "set -eu\ncurl -fsSL -o /usr/local/bin/neocloud-runner https://n:1/runner\n\
                             echo 'abc  /usr/local/bin/neocloud-runner' | sha256sum -c -\n\
                             chmod 0755 /usr/local/bin/neocloud-runner\n";
+
+    #[test]
+    fn debug_of_a_runner_spec_and_a_sim_config_hides_tokens_and_keys() {
+        let spec = RunnerSpec {
+            provider: "runpod",
+            source: "the start command",
+            binary: "/bin/neocloud-runner".into(),
+            command: (
+                words(&["--callback-url", "https://n:1"]),
+                vec![("NEOCLOUD_BOOTSTRAP_TOKEN".into(), "bt-secret".into())],
+            ),
+        };
+        let shown = format!("{spec:?}");
+        assert!(
+            shown.contains("NEOCLOUD_BOOTSTRAP_TOKEN=<redacted>"),
+            "{shown}"
+        );
+        assert!(!shown.contains("bt-secret"), "{shown}");
+        let config = SimConfig {
+            api_key: "sk-secret".into(),
+            ..SimConfig::default()
+        };
+        let shown = format!("{config:?}");
+        assert!(shown.contains("api_key: \"<redacted>\"") && !shown.contains("sk-secret"));
+    }
 
     #[test]
     fn a_runpod_command_line_yields_the_words_after_the_runner_of_its_last_line() {

@@ -9,14 +9,18 @@
 
 use std::sync::Arc;
 
-use futures::SinkExt as _;
+use futures::{SinkExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::Api;
 use kube::api::{AttachParams, AttachedProcess, TerminalSize};
-use neocloud_protocol::session::{ExitStatus, Frame, SessionRequest, chunks};
+use neocloud_protocol::session::{
+    self, ExitStatus, Frame, SessionRequest, chunks, frame_reader, frame_writer,
+};
 use neocloud_providers::FrameStream;
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, DuplexStream};
+use tokio::io::{
+    AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, DuplexStream, WriteHalf,
+};
 use tokio::sync::Mutex;
 
 use crate::pod::CONTAINER;
@@ -64,10 +68,10 @@ pub(crate) async fn open(
     Ok(Box::new(ours))
 }
 
-type FrameWriter = Arc<Mutex<tokio::io::WriteHalf<DuplexStream>>>;
+type FrameWriter = Arc<Mutex<session::FrameWriter<WriteHalf<DuplexStream>>>>;
 
 async fn send(writer: &FrameWriter, frame: Frame) -> bool {
-    frame.write(&mut *writer.lock().await).await.is_ok()
+    writer.lock().await.send(frame).await.is_ok()
 }
 
 /// Copies `output` into frames made by `frame` until it ends or the session closes.
@@ -93,15 +97,16 @@ async fn frames_of(
 }
 
 async fn relay_exec(mut process: AttachedProcess, io: DuplexStream) {
-    let (mut from_node, to_node) = tokio::io::split(io);
-    let writer: FrameWriter = Arc::new(Mutex::new(to_node));
+    let (from_node, to_node) = tokio::io::split(io);
+    let mut from_node = frame_reader(from_node);
+    let writer: FrameWriter = Arc::new(Mutex::new(frame_writer(to_node)));
     let mut stdin = process.stdin();
     let mut resize = process.terminal_size();
     let status = process.take_status();
     let stdout = frames_of(process.stdout(), Frame::Stdout, Arc::clone(&writer));
     let stderr = frames_of(process.stderr(), Frame::Stderr, Arc::clone(&writer));
     let inbound = async {
-        while let Ok(Some(frame)) = Frame::read(&mut from_node).await {
+        while let Some(Ok(frame)) = from_node.next().await {
             match frame {
                 Frame::Stdin(bytes) => {
                     if let Some(w) = stdin.as_mut()
@@ -141,7 +146,7 @@ async fn relay_exec(mut process: AttachedProcess, io: DuplexStream) {
         None => None,
     };
     send(&writer, Frame::Exit(exit_status(status))).await;
-    let _ = writer.lock().await.shutdown().await;
+    let _ = writer.lock().await.close().await;
 }
 
 /// The exit the remote kubelet reported: `Success` is 0, `NonZeroExitCode` carries the code in
@@ -189,15 +194,16 @@ async fn relay_forward(
     error: impl Future<Output = Option<String>>,
     io: DuplexStream,
 ) {
-    let (mut from_node, to_node) = tokio::io::split(io);
-    let writer: FrameWriter = Arc::new(Mutex::new(to_node));
+    let (from_node, to_node) = tokio::io::split(io);
+    let mut from_node = frame_reader(from_node);
+    let writer: FrameWriter = Arc::new(Mutex::new(frame_writer(to_node)));
     let (mut from_port, mut to_port) = tokio::io::split(stream);
     let outbound = async {
         frames_of(Some(&mut from_port), Frame::Data, Arc::clone(&writer)).await;
         send(&writer, Frame::DataEnd).await;
     };
     let inbound = async {
-        while let Ok(Some(frame)) = Frame::read(&mut from_node).await {
+        while let Some(Ok(frame)) = from_node.next().await {
             match frame {
                 Frame::Data(bytes) if to_port.write_all(&bytes).await.is_err() => return,
                 Frame::DataEnd => {
@@ -219,7 +225,7 @@ async fn relay_forward(
         () = async { tokio::join!(outbound, inbound); } => {}
         () = failed => {}
     }
-    let _ = writer.lock().await.shutdown().await;
+    let _ = writer.lock().await.close().await;
 }
 
 #[cfg(test)]

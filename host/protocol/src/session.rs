@@ -11,14 +11,18 @@
 //!    ends then speak [`Frame`]s on the upgraded connection until one of them closes it.
 //!
 //! A frame is one byte of kind, four bytes of big-endian payload length, then the payload (at
-//! most [`MAX_FRAME`] bytes). Exec uses `Stdin`, `StdinEnd` and `Resize` from the node and
-//! `Stdout`, `Stderr` and finally `Exit` from the runner; port-forward uses `Data` and `DataEnd`
-//! both ways, and `Error` from the runner when the port cannot be reached.
+//! most [`MAX_FRAME`] bytes), read and written with [`FrameCodec`] (tokio-util's
+//! `LengthDelimitedCodec`) so that a read raced in a `select!` never loses part of a frame. Exec
+//! uses `Stdin`, `StdinEnd` and `Resize` from the node and `Stdout`, `Stderr` and finally `Exit`
+//! from the runner; port-forward uses `Data` and `DataEnd` both ways, and `Error` from the runner
+//! when the port cannot be reached.
 //!
 //! Not HTTP: the callback server and the runner's client do that.
 
+use bytes::{BufMut, BytesMut};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
+use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite, LengthDelimitedCodec};
 
 /// The `Upgrade` token of a session connection.
 pub const SESSION_UPGRADE: &str = "neocloud-session/1";
@@ -155,16 +159,6 @@ impl Frame {
         }
     }
 
-    /// The frame on the wire.
-    pub fn encode(&self) -> Vec<u8> {
-        let (kind, payload) = self.parts();
-        let mut out = Vec::with_capacity(5 + payload.len());
-        out.push(kind);
-        out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-        out.extend_from_slice(&payload);
-        out
-    }
-
     /// The frame of `kind` with `payload`.
     pub fn decode(kind: u8, payload: Vec<u8>) -> Result<Self, FrameError> {
         fn parse<T: serde::de::DeserializeOwned>(
@@ -189,30 +183,102 @@ impl Frame {
             other => return Err(FrameError::UnknownKind(other)),
         })
     }
+}
 
-    /// Reads the next frame; `None` when the connection ends cleanly between frames.
-    pub async fn read<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<Self>, FrameError> {
-        let mut head = [0u8; 5];
-        match reader.read_exact(&mut head[..1]).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-            Err(e) => return Err(e.into()),
+/// The bytes of a frame before its payload: the kind and the payload's length.
+const HEAD: usize = 5;
+
+/// [`Frame`]s on a byte stream, for tokio-util's [`FramedRead`] and [`FramedWrite`]: the
+/// framing is tokio-util's [`LengthDelimitedCodec`] (the length after the kind byte, at most
+/// [`MAX_FRAME`]). Reading through a [`FramedRead`] is cancel-safe: a read dropped in a
+/// `select!` loses nothing, the partial frame stays in the reader's buffer.
+#[derive(Debug)]
+pub struct FrameCodec {
+    framing: LengthDelimitedCodec,
+}
+
+impl Default for FrameCodec {
+    fn default() -> Self {
+        let framing = LengthDelimitedCodec::builder()
+            .length_field_offset(1)
+            .length_field_type::<u32>()
+            .length_adjustment(HEAD as isize)
+            .num_skip(0)
+            .max_frame_length(MAX_FRAME)
+            .new_codec();
+        Self { framing }
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = Frame;
+    type Error = FrameError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        if let Some(head) = src.get(..HEAD) {
+            let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            if len > MAX_FRAME {
+                return Err(FrameError::TooLong(len));
+            }
         }
-        reader.read_exact(&mut head[1..]).await?;
-        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        if len > MAX_FRAME {
-            return Err(FrameError::TooLong(len));
-        }
-        let mut payload = vec![0u8; len];
-        reader.read_exact(&mut payload).await?;
-        Self::decode(head[0], payload).map(Some)
+        let Some(mut frame) = self.framing.decode(src)? else {
+            return Ok(None);
+        };
+        let kind = frame[0];
+        Frame::decode(kind, frame.split_off(HEAD).to_vec()).map(Some)
     }
 
-    /// Writes the frame and flushes it.
-    pub async fn write<W: AsyncWrite + Unpin>(&self, writer: &mut W) -> std::io::Result<()> {
-        writer.write_all(&self.encode()).await?;
-        writer.flush().await
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        match self.decode(src)? {
+            Some(frame) => Ok(Some(frame)),
+            None if src.is_empty() => Ok(None),
+            None => Err(FrameError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the connection ended inside a frame ({} bytes)", src.len()),
+            ))),
+        }
     }
+}
+
+impl Encoder<Frame> for FrameCodec {
+    type Error = FrameError;
+
+    fn encode(&mut self, frame: Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
+        let (kind, payload) = frame.parts();
+        let len = u32::try_from(payload.len())
+            .ok()
+            .filter(|len| *len as usize <= MAX_FRAME)
+            .ok_or(FrameError::TooLong(payload.len()))?;
+        dst.reserve(HEAD + payload.len());
+        dst.put_u8(kind);
+        dst.put_u32(len);
+        dst.put_slice(&payload);
+        Ok(())
+    }
+}
+
+/// The frames read from a session connection (a [`futures::Stream`] of them; `None` once the
+/// connection ended between frames).
+pub type FrameReader<R> = FramedRead<R, FrameCodec>;
+/// The frames written to a session connection (a [`futures::Sink`]: `send` writes and flushes).
+pub type FrameWriter<W> = FramedWrite<W, FrameCodec>;
+
+/// Reads frames from `reader`.
+pub fn frame_reader<R: AsyncRead>(reader: R) -> FrameReader<R> {
+    FramedRead::new(reader, FrameCodec::default())
+}
+
+/// Writes frames to `writer`.
+pub fn frame_writer<W: AsyncWrite>(writer: W) -> FrameWriter<W> {
+    FramedWrite::new(writer, FrameCodec::default())
+}
+
+/// The two halves of a session connection, as frames.
+pub fn split_frames<S: AsyncRead + AsyncWrite>(
+    io: S,
+) -> (FrameReader<ReadHalf<S>>, FrameWriter<WriteHalf<S>>) {
+    let (reader, writer) = tokio::io::split(io);
+    (frame_reader(reader), frame_writer(writer))
 }
 
 /// Splits `bytes` into payloads of at most [`MAX_FRAME`] bytes.
@@ -222,11 +288,22 @@ pub fn chunks(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
 
 #[cfg(test)]
 mod tests {
+    use futures::{SinkExt, StreamExt};
+
     use super::*;
 
-    #[tokio::test]
-    async fn every_frame_round_trips_through_a_pipe() {
-        let frames = vec![
+    /// Every frame `bytes` holds, or the first error.
+    async fn read_all(bytes: &[u8]) -> Result<Vec<Frame>, FrameError> {
+        let mut reader = frame_reader(bytes);
+        let mut frames = Vec::new();
+        while let Some(frame) = reader.next().await {
+            frames.push(frame?);
+        }
+        Ok(frames)
+    }
+
+    fn every_kind() -> Vec<Frame> {
+        vec![
             Frame::Stdin(b"ls\n".to_vec()),
             Frame::StdinEnd,
             Frame::Resize(TerminalSize {
@@ -242,41 +319,106 @@ mod tests {
             Frame::Data(vec![7; 70_000]),
             Frame::DataEnd,
             Frame::Error("connection refused".into()),
-        ];
-        let (mut a, mut b) = tokio::io::duplex(1 << 20);
+        ]
+    }
+
+    #[tokio::test]
+    async fn every_frame_round_trips_through_a_pipe() {
+        let frames = every_kind();
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let mut writer = frame_writer(a);
         for frame in &frames {
-            frame.write(&mut a).await.expect("write");
+            writer.send(frame.clone()).await.expect("write");
         }
-        drop(a);
-        let mut read = Vec::new();
-        while let Some(frame) = Frame::read(&mut b).await.expect("read") {
-            read.push(frame);
-        }
+        drop(writer);
+        let read: Vec<Frame> = frame_reader(b).map(|f| f.expect("read")).collect().await;
         assert_eq!(read, frames);
     }
 
     #[tokio::test]
+    async fn the_wire_format_is_kind_then_big_endian_length_then_payload() {
+        let mut wire = BytesMut::new();
+        let frame = Frame::Stdout(b"hi".to_vec());
+        FrameCodec::default()
+            .encode(frame.clone(), &mut wire)
+            .expect("encode");
+        assert_eq!(&wire[..], &[STDOUT, 0, 0, 0, 2, b'h', b'i']);
+        assert_eq!(read_all(&wire).await.expect("read"), [frame]);
+    }
+
+    #[tokio::test]
     async fn bad_frames_are_refused_by_what_is_wrong() {
-        let mut unknown: &[u8] = &[42, 0, 0, 0, 0];
-        let err = Frame::read(&mut unknown).await.expect_err("kind 42");
+        let err = read_all(&[42, 0, 0, 0, 0]).await.expect_err("kind 42");
         assert_eq!(err.to_string(), "unknown session frame kind 42");
 
-        let mut long: &[u8] = &[STDOUT, 0xff, 0xff, 0xff, 0xff];
-        let err = Frame::read(&mut long).await.expect_err("too long");
+        let err = (read_all(&[STDOUT, 0xff, 0xff, 0xff, 0xff]).await).expect_err("too long");
         assert!(err.to_string().contains("4294967295 bytes"), "{err}");
+        let just_over = (MAX_FRAME as u32 + 1).to_be_bytes();
+        let err = read_all(&[&[STDOUT][..], &just_over].concat()).await;
+        assert!(
+            matches!(err, Err(FrameError::TooLong(n)) if n == MAX_FRAME + 1),
+            "{err:?}"
+        );
 
-        let mut resize: &[u8] = &[RESIZE, 0, 0, 0, 2, b'{', b'x'];
-        let err = Frame::read(&mut resize).await.expect_err("bad resize");
+        let err = (read_all(&[RESIZE, 0, 0, 0, 2, b'{', b'x']).await).expect_err("bad resize");
         assert!(
             err.to_string().starts_with("invalid resize frame:"),
             "{err}"
         );
 
-        let mut cut: &[u8] = &[STDOUT, 0, 0, 0, 9, b'a'];
+        let cut = read_all(&[STDOUT, 0, 0, 0, 9, b'a']).await;
         assert!(matches!(
-            Frame::read(&mut cut).await,
+            cut,
             Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof
         ));
+        let head_only = read_all(&[STDOUT, 0, 0]).await;
+        assert!(matches!(head_only, Err(FrameError::Io(_))), "{head_only:?}");
+    }
+
+    #[test]
+    fn a_payload_over_the_limit_is_not_written() {
+        let mut wire = BytesMut::new();
+        let err = FrameCodec::default()
+            .encode(Frame::Data(vec![0; MAX_FRAME + 1]), &mut wire)
+            .expect_err("too long");
+        assert!(matches!(err, FrameError::TooLong(n) if n == MAX_FRAME + 1));
+        assert!(wire.is_empty());
+    }
+
+    /// A reader raced against a timer that fires between every byte (as a `select!` loop racing
+    /// the frames against other events does) still gets every frame whole.
+    #[tokio::test]
+    async fn a_read_cancelled_between_bytes_loses_nothing() {
+        let frames = every_kind();
+        let mut wire = BytesMut::new();
+        for frame in &frames {
+            FrameCodec::default()
+                .encode(frame.clone(), &mut wire)
+                .expect("encode");
+        }
+        let (mut a, b) = tokio::io::duplex(64);
+        let writing = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            for byte in wire.iter().take(2_000) {
+                a.write_all(&[*byte]).await.expect("write");
+                tokio::task::yield_now().await;
+            }
+            a.write_all(&wire[2_000usize.min(wire.len())..])
+                .await
+                .expect("write");
+        });
+        let mut reader = frame_reader(b);
+        let (mut read, mut cancelled) = (Vec::new(), 0);
+        while read.len() < frames.len() {
+            tokio::select! {
+                biased;
+                frame = reader.next() => read.push(frame.expect("a frame").expect("valid")),
+                () = tokio::task::yield_now() => cancelled += 1,
+            }
+        }
+        writing.await.expect("writer");
+        assert_eq!(read, frames);
+        assert!(cancelled > 0);
     }
 
     #[test]

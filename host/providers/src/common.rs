@@ -1,15 +1,33 @@
 //! What the HTTP adapters share that is not HTTP: matching offered GPUs against an
 //! [`OfferQuery`], reading the specification's environment variables, the configuration error,
-//! and per-name create serialisation.
+//! per-name create serialisation, and `Debug` that keeps request secrets out ([`EnvNames`],
+//! [`redacted`]).
 //!
 //! Not wire formats (each adapter's `wire` module) and not classification (each `errors`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::sync::Arc;
 
 use neocloud_core::{CapacityType, GpuModel, OfferQuery};
 
 use crate::http::ApiKey;
+
+/// An environment for `Debug`: the names, each value `<redacted>` (the runner's bootstrap token
+/// and credential travel there, and Pod env values may be secrets).
+pub(crate) struct EnvNames<'a>(pub &'a BTreeMap<String, String>);
+
+impl fmt::Debug for EnvNames<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redacted = self.0.keys().map(|name| (name, "<redacted>"));
+        f.debug_map().entries(redacted).finish()
+    }
+}
+
+/// `<redacted>` for a value that is there (cloud-init `user_data` carries the runner's secrets).
+pub(crate) fn redacted<T>(value: &Option<T>) -> Option<&'static str> {
+    value.as_ref().map(|_| "<redacted>")
+}
 
 /// Why an adapter could not be configured.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +150,30 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn debug_of_request_secrets_shows_names_and_redacted_only() {
+        let env = BTreeMap::from([(
+            "NEOCLOUD_BOOTSTRAP_TOKEN".to_owned(),
+            "bt-secret".to_owned(),
+        )]);
+        let shown = format!("{:?}", EnvNames(&env));
+        assert_eq!(shown, r#"{"NEOCLOUD_BOOTSTRAP_TOKEN": "<redacted>"}"#);
+        let config = crate::lambda::LambdaConfig {
+            user_data: Some("#cloud-config\n# token bt-secret".into()),
+            ..crate::lambda::LambdaConfig::new(ApiKey::new("sk-secret"), "key")
+        };
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("bt-secret") && !shown.contains("sk-secret"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(r#"user_data: Some("<redacted>")"#),
+            "{shown}"
+        );
+        assert_eq!(redacted(&None::<String>), None);
+    }
 
     fn query(models: &[&str], count: u32) -> OfferQuery {
         OfferQuery {

@@ -23,8 +23,11 @@ use neocloud_protocol::{
 
 use crate::RunnerError;
 
-/// Timeout of one request, except the log stream's.
+/// Timeout of one request (the default of [`CallbackClient::with_request_timeout`]); the log
+/// stream is watched by [`crate::watchdog`] instead.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Timeout of connecting to the node (TCP and TLS).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 struct Session {
@@ -40,6 +43,7 @@ pub struct CallbackClient {
     base: Url,
     session: Mutex<Option<Session>>,
     credential: Option<Secret>,
+    request_timeout: Duration,
 }
 
 impl CallbackClient {
@@ -60,7 +64,7 @@ impl CallbackClient {
             .use_rustls_tls()
             .tls_built_in_root_certs(false)
             .https_only(true)
-            .connect_timeout(Duration::from_secs(10));
+            .connect_timeout(CONNECT_TIMEOUT);
         for root in roots {
             builder = builder.add_root_certificate(root);
         }
@@ -72,7 +76,15 @@ impl CallbackClient {
             base,
             session: Mutex::new(None),
             credential: None,
+            request_timeout: REQUEST_TIMEOUT,
         })
+    }
+
+    /// The same client, giving up on a request the node has not answered within `timeout`
+    /// (30 s by default); a log stream fails when the node takes none of it for that long.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
     }
 
     /// The same client, re-authenticating with `credential` when its session is refused.
@@ -97,7 +109,9 @@ impl CallbackClient {
         let body = TokenRequest {
             bootstrap_token: bootstrap.expose().to_string(),
         };
-        let request = self.http.post(self.url("v1/token")?).json(&body);
+        let request = (self.http.post(self.url("v1/token")?))
+            .json(&body)
+            .timeout(self.request_timeout);
         let response: TokenResponse =
             json(send_retrying("exchange the bootstrap token", request).await?)
                 .await
@@ -116,7 +130,7 @@ impl CallbackClient {
         };
         let request = self.http.post(self.url("v1/token/reauth")?).json(&body);
         let response: TokenResponse =
-            json(send_retrying(WHAT, request.timeout(REQUEST_TIMEOUT)).await?)
+            json(send_retrying(WHAT, request.timeout(self.request_timeout)).await?)
                 .await
                 .map_err(|e| e.during(WHAT))?;
         let spiffe_id = response.spiffe_id.clone();
@@ -161,7 +175,7 @@ impl CallbackClient {
             .http
             .post(self.url("v1/token/refresh")?)
             .bearer_auth(current.token.expose())
-            .timeout(REQUEST_TIMEOUT);
+            .timeout(self.request_timeout);
         let response = match send("refresh the session", request).await {
             Ok(response) => response,
             Err(e) => {
@@ -206,7 +220,8 @@ impl CallbackClient {
     ) -> Result<reqwest::Response, RunnerError> {
         let mut again = true;
         loop {
-            let request = build(self.authed(method.clone(), path).await?).timeout(REQUEST_TIMEOUT);
+            let request =
+                build(self.authed(method.clone(), path).await?).timeout(self.request_timeout);
             let result = if retrying {
                 send_retrying(what, request).await
             } else {
@@ -262,16 +277,20 @@ impl CallbackClient {
 
     /// `POST /v1/logs` with a streamed NDJSON body. The body cannot be sent twice: after a
     /// refused session this re-authenticates and returns the error, for the caller to send the
-    /// records again.
+    /// records again. No total timeout (the body lasts as long as its records take to send):
+    /// it fails when the node takes none of the body, or does not answer once it has all of
+    /// it, for the request timeout.
     pub async fn logs<S>(&self, body: S) -> Result<(), RunnerError>
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
     {
+        const WHAT: &str = "stream logs";
         let request = self.authed(Method::POST, "v1/logs").await?;
+        let (body, watchdog) = crate::watchdog::watch(body, self.request_timeout);
         let request = request
             .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
             .body(reqwest::Body::wrap_stream(body));
-        if let Err(e) = send("stream logs", request).await {
+        if let Err(e) = watchdog.guard(WHAT, send(WHAT, request)).await {
             self.recover(&e).await;
             return Err(e);
         }
@@ -312,7 +331,7 @@ impl CallbackClient {
                 .await?
                 .header(reqwest::header::CONNECTION, "upgrade")
                 .header(reqwest::header::UPGRADE, SESSION_UPGRADE)
-                .timeout(REQUEST_TIMEOUT);
+                .timeout(self.request_timeout);
             let response = request.send().await.map_err(|e| RunnerError::Http {
                 what: WHAT,
                 message: error_chain(&e),

@@ -17,6 +17,7 @@ mod executor;
 mod session;
 mod shipper;
 mod stats;
+mod watchdog;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,8 +39,9 @@ const FINAL_REPORT_PATIENCE: Duration = Duration::from_secs(300);
 /// How long the runner waits for the last log lines to be delivered after the workload exits.
 const LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Flags of `neocloud-runner`.
-#[derive(Debug, Clone, clap::Parser)]
+/// Flags of `neocloud-runner`. `Debug` shows `<redacted>` for the bootstrap token and the
+/// credential.
+#[derive(Clone, clap::Parser)]
 #[command(name = "neocloud-runner", version, about)]
 pub struct RunnerArgs {
     /// The node's callback URL (https only), e.g. `https://node.example:8443`.
@@ -77,6 +79,23 @@ pub struct RunnerArgs {
     /// Heartbeat period: `15s`, `500ms` or plain seconds.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub heartbeat_interval: Duration,
+}
+
+impl std::fmt::Debug for RunnerArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |set: bool| if set { "<redacted>" } else { "<none>" };
+        f.debug_struct("RunnerArgs")
+            .field("callback_url", &self.callback_url)
+            .field("bootstrap_token", &redacted(true))
+            .field("credential", &redacted(self.credential.is_some()))
+            .field("ca_file", &self.ca_file)
+            .field("ca_pem_base64", &self.ca_pem_base64)
+            .field("executor", &self.executor)
+            .field("network", &self.network)
+            .field("gpus", &self.gpus)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .finish()
+    }
 }
 
 /// Why the runner failed before the workload could report its own exit code.
@@ -399,6 +418,24 @@ mod tests {
             assert!(!refused(status).is_transient(), "{status}");
         }
         assert!(!RunnerError::NoCommand.is_transient());
+    }
+
+    #[test]
+    fn debug_of_the_runner_s_flags_redacts_the_token_and_the_credential() {
+        use clap::Parser;
+        let args = RunnerArgs::try_parse_from([
+            "neocloud-runner",
+            "--callback-url=https://node:8443",
+            "--bootstrap-token=bt-very-secret",
+            "--credential=ncr1.very-secret-credential",
+            "--ca-file=/etc/ca.pem",
+        ])
+        .expect("flags");
+        let debug = format!("{args:?} {args:#?}");
+        assert!(!debug.contains("very-secret"), "{debug}");
+        assert!(debug.contains("bootstrap_token: \"<redacted>\""), "{debug}");
+        assert!(debug.contains("credential: \"<redacted>\""), "{debug}");
+        assert!(debug.contains("https://node:8443"), "{debug}");
     }
 
     #[test]

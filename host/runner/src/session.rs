@@ -11,13 +11,16 @@ mod pty;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use neocloud_protocol::session::{Frame, SessionOffer, SessionRequest};
+use neocloud_protocol::session::{
+    Frame, FrameError, FrameWriter, SessionOffer, SessionRequest, frame_reader, frame_writer,
+};
 use neocloud_protocol::{BOOTSTRAP_TOKEN_ENV, CREDENTIAL_ENV, ExecutorKind, Workload};
 
 use crate::CallbackClient;
@@ -154,20 +157,20 @@ where
 
 /// Reads `io`'s frames into a channel, in a task, until the connection ends (the channel then
 /// closes).
-fn frames<R>(mut reader: R) -> (mpsc::Receiver<Frame>, tokio::task::JoinHandle<()>)
+fn frames<R>(reader: R) -> (mpsc::Receiver<Frame>, tokio::task::JoinHandle<()>)
 where
     R: AsyncRead + Send + Unpin + 'static,
 {
     let (tx, rx) = mpsc::channel(16);
+    let mut reader = frame_reader(reader);
     let task = tokio::spawn(async move {
-        loop {
-            match Frame::read(&mut reader).await {
-                Ok(Some(frame)) => {
+        while let Some(frame) = reader.next().await {
+            match frame {
+                Ok(frame) => {
                     if tx.send(frame).await.is_err() {
                         return;
                     }
                 }
-                Ok(None) => return,
                 Err(e) => {
                     tracing::debug!(error = %e, "runner: session connection ended");
                     return;
@@ -185,13 +188,14 @@ pub async fn forward<S>(io: S, port: u16)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (reader, mut writer) = tokio::io::split(io);
+    let (reader, writer) = tokio::io::split(io);
+    let mut writer = frame_writer(writer);
     let socket = match TcpStream::connect(("127.0.0.1", port)).await {
         Ok(socket) => socket,
         Err(e) => {
             let message = format!("dial tcp 127.0.0.1:{port}: {}", dial_error(&e));
-            let _ = Frame::Error(message).write(&mut writer).await;
-            let _ = writer.shutdown().await;
+            let _ = writer.send(Frame::Error(message)).await;
+            let _ = writer.close().await;
             return;
         }
     };
@@ -200,14 +204,14 @@ where
         tracing::debug!(port, error = %e, "runner: port-forward ended");
     }
     reading.abort();
-    let _ = writer.shutdown().await;
+    let _ = writer.close().await;
 }
 
 async fn copy_both_ways<W: AsyncWrite + Unpin>(
     socket: TcpStream,
     from_node: &mut mpsc::Receiver<Frame>,
-    writer: &mut W,
-) -> std::io::Result<()> {
+    writer: &mut FrameWriter<W>,
+) -> Result<(), FrameError> {
     let (mut socket_in, mut socket_out) = socket.into_split();
     let mut buf = vec![0u8; CHUNK];
     let (mut node_ended, mut socket_ended) = (false, false);
@@ -225,11 +229,11 @@ async fn copy_both_ways<W: AsyncWrite + Unpin>(
             read = socket_in.read(&mut buf), if !socket_ended => match read {
                 Ok(0) => {
                     socket_ended = true;
-                    Frame::DataEnd.write(writer).await?;
+                    writer.send(Frame::DataEnd).await?;
                 }
-                Ok(n) => Frame::Data(buf[..n].to_vec()).write(writer).await?,
+                Ok(n) => writer.send(Frame::Data(buf[..n].to_vec())).await?,
                 Err(e) => {
-                    Frame::Error(format!("read from the forwarded port: {e}")).write(writer).await?;
+                    writer.send(Frame::Error(format!("read from the forwarded port: {e}"))).await?;
                     return Ok(());
                 }
             },

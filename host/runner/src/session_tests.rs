@@ -1,5 +1,6 @@
-use neocloud_protocol::session::{ExitStatus, TerminalSize};
-use tokio::io::DuplexStream;
+use futures::{SinkExt, StreamExt};
+use neocloud_protocol::session::{ExitStatus, FrameReader, TerminalSize, split_frames};
+use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
 
 use super::*;
 
@@ -18,19 +19,32 @@ fn exec(command: &[&str], tty: bool, stdin: bool) -> SessionRequest {
     }
 }
 
+/// The node's end of a session: frames both ways.
+struct Node {
+    reader: FrameReader<ReadHalf<DuplexStream>>,
+    writer: FrameWriter<WriteHalf<DuplexStream>>,
+}
+
+impl Node {
+    async fn send(&mut self, frame: Frame) {
+        self.writer.send(frame).await.expect("send a frame");
+    }
+}
+
 /// Serves `request` on one end of a pipe; the test speaks on the other.
-fn start(request: SessionRequest, target: ExecTarget) -> DuplexStream {
+fn start(request: SessionRequest, target: ExecTarget) -> Node {
     let (node, runner) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move { serve_session(runner, request, &target).await });
-    node
+    let (reader, writer) = split_frames(node);
+    Node { reader, writer }
 }
 
 /// Every frame until the runner closes the connection (at most 10 s).
-async fn read_all(node: &mut DuplexStream) -> Vec<Frame> {
+async fn read_all(node: &mut Node) -> Vec<Frame> {
     let mut frames = Vec::new();
     let read = async {
-        while let Some(frame) = Frame::read(node).await.expect("frame") {
-            frames.push(frame);
+        while let Some(frame) = node.reader.next().await {
+            frames.push(frame.expect("frame"));
         }
     };
     tokio::time::timeout(Duration::from_secs(10), read)
@@ -99,15 +113,9 @@ async fn a_command_that_cannot_start_says_why_without_an_exit_code() {
 #[tokio::test]
 async fn stdin_reaches_the_command_until_it_is_closed() {
     let mut node = start(exec(&["cat"], false, true), process());
-    Frame::Stdin(b"one\n".to_vec())
-        .write(&mut node)
-        .await
-        .expect("w");
-    Frame::Stdin(b"two\n".to_vec())
-        .write(&mut node)
-        .await
-        .expect("w");
-    Frame::StdinEnd.write(&mut node).await.expect("w");
+    node.send(Frame::Stdin(b"one\n".to_vec())).await;
+    node.send(Frame::Stdin(b"two\n".to_vec())).await;
+    node.send(Frame::StdinEnd).await;
     let frames = read_all(&mut node).await;
     assert_eq!(joined(&frames, stdout), "one\ntwo\n");
     assert_eq!(frames.last(), Some(&exit(0)));
@@ -116,20 +124,40 @@ async fn stdin_reaches_the_command_until_it_is_closed() {
 #[tokio::test]
 async fn a_dropped_connection_kills_the_command() {
     let dir = tempfile_dir();
-    let marker = dir.join("ended");
-    let script = format!("sleep 30; touch {}", marker.display());
+    let pid_file = dir.join("pid");
+    let script = format!("echo $$ > {}; sleep 30", pid_file.display());
     let node = start(exec(&["sh", "-c", &script], false, false), process());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pid = eventually("the command writes its pid", || {
+        let text = std::fs::read_to_string(&pid_file).ok()?;
+        text.trim().parse::<u32>().ok()
+    })
+    .await;
+    assert!(is_alive(pid), "the command {pid} runs before the drop");
     drop(node);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let output = std::process::Command::new("pgrep")
-        .args(["-f", &script])
-        .output();
-    if let Ok(output) = output {
-        assert!(output.stdout.is_empty(), "still running: {output:?}");
-    }
-    assert!(!marker.exists());
+    eventually("the command is killed", || (!is_alive(pid)).then_some(())).await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Whether process `pid` runs: it is in /proc and not a zombie waiting to be reaped.
+fn is_alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) state ...`: the state follows the last `)` (comm may hold one).
+    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+    !state.is_some_and(|rest| rest.starts_with('Z') || rest.starts_with('X'))
+}
+
+/// Polls `check` until it gives a value, failing after 10 s.
+async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn tempfile_dir() -> std::path::PathBuf {
@@ -146,11 +174,8 @@ async fn a_tty_command_runs_on_a_terminal_of_the_size_sent() {
         width: 101,
         height: 33,
     };
-    Frame::Resize(size).write(&mut node).await.expect("w");
-    Frame::Stdin(b"go\n".to_vec())
-        .write(&mut node)
-        .await
-        .expect("w");
+    node.send(Frame::Resize(size)).await;
+    node.send(Frame::Stdin(b"go\n".to_vec())).await;
     let frames = read_all(&mut node).await;
     let out = joined(&frames, stdout);
     assert!(out.contains("/dev/pts/"), "{out:?}");
@@ -173,11 +198,8 @@ async fn a_port_is_forwarded_both_ways_with_half_closes() {
         socket.write_all(&got).await.expect("write");
     });
     let mut node = start(SessionRequest::PortForward { port }, process());
-    Frame::Data(b"ping".to_vec())
-        .write(&mut node)
-        .await
-        .expect("w");
-    Frame::DataEnd.write(&mut node).await.expect("w");
+    node.send(Frame::Data(b"ping".to_vec())).await;
+    node.send(Frame::DataEnd).await;
     let frames = read_all(&mut node).await;
     let data: Vec<u8> = (frames.iter())
         .filter_map(|f| match f {

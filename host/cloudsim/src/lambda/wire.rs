@@ -52,7 +52,7 @@ pub(crate) struct Tag {
 }
 
 /// A validated launch request.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 pub(crate) struct LaunchRequest {
     pub region_name: String,
     pub instance_type_name: String,
@@ -66,6 +66,17 @@ pub(crate) struct LaunchRequest {
     pub file_system_names: Vec<String>,
     pub image: Option<Value>,
     pub quantity: Option<i64>,
+}
+
+/// `Debug` shows what identifies it only: its user_data carries the runner's secrets.
+impl std::fmt::Debug for LaunchRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaunchRequest")
+            .field("region_name", &self.region_name)
+            .field("instance_type_name", &self.instance_type_name)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A list of instance ids.

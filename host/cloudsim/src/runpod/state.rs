@@ -50,7 +50,7 @@ pub(crate) struct Placement {
 }
 
 /// A pod to create.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct NewPod {
     pub name: String,
     pub image: String,
@@ -61,6 +61,16 @@ pub(crate) struct NewPod {
     pub ports: Vec<String>,
     pub args: Option<String>,
     pub bid_per_gpu: Option<f64>,
+}
+
+/// `Debug` shows what identifies it only: its env carries the runner's secrets.
+impl std::fmt::Debug for NewPod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewPod")
+            .field("name", &self.name)
+            .field("image", &self.image)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One pod.

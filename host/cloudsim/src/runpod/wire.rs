@@ -67,7 +67,7 @@ pub(crate) struct GpuRequest {
 }
 
 /// A validated `POST /v2/pods` body (the fields the simulator acts on).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CreatePod {
     pub name: String,
@@ -85,6 +85,16 @@ pub(crate) struct CreatePod {
     pub args: Option<String>,
     pub mounts: Option<Value>,
     pub template_id: Option<String>,
+}
+
+/// `Debug` shows what identifies it only: its env carries the runner's secrets.
+impl std::fmt::Debug for CreatePod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreatePod")
+            .field("name", &self.name)
+            .field("image", &self.image)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An RFC 9457 problem response.

@@ -27,7 +27,7 @@ const FIRST_CONTRACT: u64 = 20_000_000;
 const DEFAULT_DISK_GB: f64 = 10.0;
 
 /// One rented instance.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Instance {
     pub id: u64,
     pub label: String,
@@ -43,6 +43,18 @@ pub(crate) struct Instance {
     pub started: Instant,
     pub stopped: Option<Instant>,
     pub failed: bool,
+}
+
+/// `Debug` shows what identifies it only: its env and start command carry the runner's secrets.
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance")
+            .field("id", &self.id)
+            .field("label", &self.label)
+            .field("image", &self.image)
+            .field("runtype", &self.runtype)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Instance {

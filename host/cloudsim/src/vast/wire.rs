@@ -52,7 +52,7 @@ pub(crate) const RUNTYPES: &[&str] = &[
 pub(crate) const MAX_ONSTART: usize = 4048;
 
 /// A validated create request.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize)]
 pub(crate) struct CreateRequest {
     pub image: Option<String>,
     pub disk: Option<f64>,
@@ -69,6 +69,17 @@ pub(crate) struct CreateRequest {
     #[serde(default)]
     pub cancel_unavail: bool,
     pub template_hash_id: Option<String>,
+}
+
+/// `Debug` shows what identifies it only: its env and start command carry the runner's secrets.
+impl std::fmt::Debug for CreateRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateRequest")
+            .field("image", &self.image)
+            .field("label", &self.label)
+            .field("runtype", &self.runtype)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The body of `PUT /api/v0/instances/{id}/`.

@@ -22,7 +22,7 @@ pub const DOCUMENTED_LAUNCH_INTERVAL_MS: u64 = 12_000;
 pub const DEFAULT_LAUNCH_INTERVAL_MS: u64 = DOCUMENTED_LAUNCH_INTERVAL_MS + 1_000;
 
 /// How the Lambda adapter reaches Lambda Cloud.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LambdaConfig {
     /// API base including `/api/v1`.
@@ -41,6 +41,20 @@ pub struct LambdaConfig {
     /// Timeouts and retries.
     #[serde(default)]
     pub http: HttpConfig,
+}
+
+/// `Debug` redacts the API key and the `user_data` (it may carry the runner's secrets).
+impl std::fmt::Debug for LambdaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LambdaConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key)
+            .field("ssh_key_name", &self.ssh_key_name)
+            .field("user_data", &crate::common::redacted(&self.user_data))
+            .field("launch_interval_ms", &self.launch_interval_ms)
+            .field("http", &self.http)
+            .finish()
+    }
 }
 
 fn default_base_url() -> String {

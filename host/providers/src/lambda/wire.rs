@@ -59,8 +59,8 @@ pub(crate) struct Tag {
     pub value: String,
 }
 
-/// `POST /instance-operations/launch`.
-#[derive(Debug, Clone, Serialize)]
+/// `POST /instance-operations/launch`. `Debug` redacts the `user_data`.
+#[derive(Clone, Serialize)]
 pub(crate) struct Launch {
     pub region_name: String,
     pub instance_type_name: String,
@@ -69,6 +69,19 @@ pub(crate) struct Launch {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user_data: Option<String>,
     pub tags: Vec<Tag>,
+}
+
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launch")
+            .field("region_name", &self.region_name)
+            .field("instance_type_name", &self.instance_type_name)
+            .field("ssh_key_names", &self.ssh_key_names)
+            .field("name", &self.name)
+            .field("user_data", &crate::common::redacted(&self.user_data))
+            .field("tags", &self.tags)
+            .finish()
+    }
 }
 
 /// The launch answer.

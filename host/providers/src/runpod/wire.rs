@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// `POST /v2/pods`.
-#[derive(Debug, Clone, Serialize)]
+/// `POST /v2/pods`. `Debug` shows the env's names only.
+#[derive(Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CreatePod {
     pub name: String,
@@ -25,6 +25,23 @@ pub(crate) struct CreatePod {
     pub args: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_ssh: Option<bool>,
+}
+
+impl std::fmt::Debug for CreatePod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreatePod")
+            .field("name", &self.name)
+            .field("image", &self.image)
+            .field("gpu", &self.gpu)
+            .field("cloud", &self.cloud)
+            .field("data_center_ids", &self.data_center_ids)
+            .field("disk", &self.disk)
+            .field("env", &crate::common::EnvNames(&self.env))
+            .field("ports", &self.ports)
+            .field("args", &self.args)
+            .field("start_ssh", &self.start_ssh)
+            .finish()
+    }
 }
 
 /// The `gpu` of a create body and of a pod.

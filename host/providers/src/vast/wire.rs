@@ -38,8 +38,8 @@ pub(crate) struct VastOffer {
     pub machine_id: Option<u64>,
 }
 
-/// `PUT /api/v0/asks/{id}/`.
-#[derive(Debug, Clone, Serialize)]
+/// `PUT /api/v0/asks/{id}/`. `Debug` shows the env's names only.
+#[derive(Clone, Serialize)]
 pub(crate) struct Rent {
     pub client_id: &'static str,
     pub image: String,
@@ -52,6 +52,23 @@ pub(crate) struct Rent {
     pub price: Option<f64>,
     pub cancel_unavail: bool,
     pub target_state: &'static str,
+}
+
+impl std::fmt::Debug for Rent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rent")
+            .field("client_id", &self.client_id)
+            .field("image", &self.image)
+            .field("disk", &self.disk)
+            .field("label", &self.label)
+            .field("env", &crate::common::EnvNames(&self.env))
+            .field("runtype", &self.runtype)
+            .field("args", &self.args)
+            .field("price", &self.price)
+            .field("cancel_unavail", &self.cancel_unavail)
+            .field("target_state", &self.target_state)
+            .finish()
+    }
 }
 
 /// Success or error body of a call that may create or destroy something.

@@ -5,6 +5,10 @@
 //! what they have not seen, so a slow reader never blocks the writer and never sees a line twice.
 //! Lines evicted before a follower reads them are skipped.
 //!
+//! What a runner sends comes in through [`ingest`]: its NDJSON body is split into lines by
+//! tokio-util's `LinesCodec`, linear in the body's size and bounded at [`MAX_LOG_RECORD`] bytes
+//! a line.
+//!
 //! Not the HTTP of either side: the callback server appends, the kubelet API
 //! ([`crate::kubelet`]) reads.
 
@@ -13,10 +17,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use chrono::{DateTime, SecondsFormat, Utc};
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 use tokio::sync::watch;
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio_util::io::StreamReader;
 
 use super::{LogRecord, LogStream};
 
@@ -240,6 +246,82 @@ impl Reader {
         }
         Bytes::from(bytes)
     }
+}
+
+/// The longest accepted log record (one NDJSON line), in bytes.
+pub const MAX_LOG_RECORD: usize = 256 * 1024;
+
+/// Why a runner's NDJSON log body was not taken whole; the records before it were.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IngestError {
+    /// A line longer than the limit.
+    #[error("log record {record} is longer than {max} bytes")]
+    TooLong {
+        /// Its number, from 1.
+        record: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A line that is no [`LogRecord`] (or no UTF-8).
+    #[error("log record {record} is not valid: {message}")]
+    Invalid {
+        /// Its number, from 1.
+        record: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The body could not be read.
+    #[error("failed to read the log stream: {0}")]
+    Read(std::io::Error),
+    /// The log refused a record (its binding is gone).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Gives each record of the NDJSON `body` to `append`, in order, and returns how many there
+/// were; blank lines are skipped, a last line without a newline counts. Stops at the first line
+/// longer than `max_line` bytes (without reading more than that line's first `max_line` bytes
+/// and a chunk), or that is not a record, or that `append` refuses. The work is linear in the
+/// body, and dropping the future loses no record already given to `append`.
+pub(crate) async fn ingest<S, E>(
+    body: S,
+    max_line: usize,
+    mut append: impl FnMut(LogRecord) -> Result<(), String>,
+) -> Result<usize, IngestError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let reader = StreamReader::new(body.map_err(std::io::Error::other));
+    let mut lines = FramedRead::new(reader, LinesCodec::new_with_max_length(max_line));
+    let mut accepted = 0;
+    while let Some(line) = lines.next().await {
+        let record = accepted + 1;
+        let line = match line {
+            Ok(line) => line,
+            Err(LinesCodecError::MaxLineLengthExceeded) => {
+                return Err(IngestError::TooLong {
+                    record,
+                    max: max_line,
+                });
+            }
+            Err(LinesCodecError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                let message = format!("it is not UTF-8: {e}");
+                return Err(IngestError::Invalid { record, message });
+            }
+            Err(LinesCodecError::Io(e)) => return Err(IngestError::Read(e)),
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed: LogRecord = serde_json::from_str(&line).map_err(|e| IngestError::Invalid {
+            record,
+            message: e.to_string(),
+        })?;
+        append(parsed).map_err(IngestError::Refused)?;
+        accepted = record;
+    }
+    Ok(accepted)
 }
 
 #[cfg(test)]

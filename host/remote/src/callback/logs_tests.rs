@@ -127,3 +127,80 @@ async fn follow_with_tail_starts_from_the_tail() {
     };
     assert_eq!(text(&log, options).await, "c\n");
 }
+
+/// `body` as one chunk.
+fn one_chunk(body: Vec<u8>) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Unpin {
+    futures::stream::iter([Ok(Bytes::from(body))])
+}
+
+#[tokio::test]
+async fn a_chunk_of_a_million_newlines_is_ingested_in_linear_work() {
+    let mut body = vec![b'\n'; 1_000_000];
+    body.extend_from_slice(br#"{"ts":"2026-01-01T00:00:00Z","stream":"stdout","line":"last"}"#);
+    let mut got = Vec::new();
+    let ingesting = ingest(one_chunk(body), MAX_LOG_RECORD, |record| {
+        got.push(record.line);
+        Ok(())
+    });
+    // Linear work takes well under a second, even unoptimised on a loaded machine; removing
+    // lines from the front of the buffer one at a time moves about 5e11 bytes (half a minute
+    // or more). The loop never yields, so the time is measured rather than raced.
+    let started = std::time::Instant::now();
+    let accepted = ingesting.await.expect("ingested");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "a million blank lines took {took:?}"
+    );
+    assert_eq!((accepted, got), (1, vec!["last".to_owned()]));
+}
+
+#[tokio::test]
+async fn an_over_long_line_is_refused_after_reading_no_more_than_the_limit_and_a_chunk() {
+    let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+    let pulled = std::sync::atomic::AtomicUsize::new(0);
+    let endless = futures::stream::repeat_with(|| {
+        pulled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok::<_, std::io::Error>(chunk.clone())
+    });
+    let first =
+        Bytes::from("{\"ts\":\"2026-01-01T00:00:00Z\",\"stream\":\"stderr\",\"line\":\"ok\"}\n");
+    let body = futures::stream::iter([Ok(first)]).chain(endless);
+    let mut appended = 0;
+    let err = ingest(Box::pin(body), 100_000, |_| {
+        appended += 1;
+        Ok(())
+    })
+    .await
+    .expect_err("an endless line");
+    assert_eq!(err.to_string(), "log record 2 is longer than 100000 bytes");
+    assert_eq!(appended, 1, "the record before it is kept");
+    let pulled = pulled.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(pulled <= 100_000 / (64 * 1024) + 2, "read {pulled} chunks");
+}
+
+#[tokio::test]
+async fn records_that_are_not_json_or_utf8_are_refused_by_number() {
+    let ok = r#"{"ts":"2026-01-01T00:00:00Z","stream":"stdout","line":"a"}"#;
+    let body = format!("{ok}\n\n{ok}\nnot json\n").into_bytes();
+    let err = ingest(one_chunk(body), 1024, |_| Ok(()))
+        .await
+        .expect_err("bad");
+    assert!(
+        err.to_string().starts_with("log record 3 is not valid:"),
+        "{err}"
+    );
+    let err =
+        (ingest(one_chunk(b"\xff\xfe\n".to_vec()), 1024, |_| Ok(())).await).expect_err("not utf-8");
+    assert!(
+        err.to_string()
+            .starts_with("log record 1 is not valid: it is not UTF-8"),
+        "{err}"
+    );
+    let err = (ingest(one_chunk(format!("{ok}\n").into_bytes()), 1024, |_| {
+        Err("binding uid-a is not registered".into())
+    })
+    .await)
+        .expect_err("refused");
+    assert_eq!(err.to_string(), "binding uid-a is not registered");
+}

@@ -9,7 +9,7 @@
 //! - `POST /v1/status` (Bearer) [`StatusReport`](super::StatusReport).
 //! - `POST /v1/heartbeat` (Bearer) with an optional [`Heartbeat`](super::Heartbeat) → 204.
 //! - `POST /v1/stats` (Bearer) with a `WorkloadStats` → 204: the workload's latest usage.
-//! - `POST /v1/logs` (Bearer) newline-delimited [`LogRecord`]s, streamed.
+//! - `POST /v1/logs` (Bearer) newline-delimited [`LogRecord`](super::LogRecord)s, streamed.
 //! - `GET /v1/sessions` (Bearer) → the next [`SessionOffer`](neocloud_protocol::session::SessionOffer)
 //!   of the binding (a long poll, 204 when none came), and `GET /v1/sessions/{id}` (Bearer,
 //!   `Upgrade`) → 101 and the session's frames ([`super::sessions`]).
@@ -34,22 +34,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
-use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use super::logs::{IngestError, MAX_LOG_RECORD, ingest};
 use super::state::{CallbackHandle, State as Shared, monitor_heartbeats};
 use super::tokens::{IssuedSession, TokenError};
 use super::{CallbackConfig, CallbackError, RunnerEvent};
-use super::{
-    ErrorBody, Heartbeat, LogRecord, ReauthRequest, StatusReport, TokenRequest, TokenResponse,
-};
+use super::{ErrorBody, Heartbeat, ReauthRequest, StatusReport, TokenRequest, TokenResponse};
 use crate::serving::{ServerStopped, first_to_end};
 use crate::tls::{ClientAddr, TlsListener, TlsMaterial};
-
-/// The longest accepted log record (one NDJSON line), in bytes.
-const MAX_LOG_RECORD: usize = 256 * 1024;
 
 pub(super) type AppState = State<Arc<Shared>>;
 
@@ -346,59 +341,24 @@ async fn stats(State(state): AppState, Authed(uid): Authed, body: Bytes) -> Resp
 }
 
 async fn logs(State(state): AppState, Authed(uid): Authed, body: Body) -> Response {
-    let mut chunks = body.into_data_stream();
-    let mut pending: Vec<u8> = Vec::new();
-    let mut accepted = 0usize;
+    let append = |record| state.append_log(&uid, record).map_err(|e| e.to_string());
+    let ingesting = ingest(body.into_data_stream(), MAX_LOG_RECORD, append);
     let mut closing = state.closing.subscribe();
-    loop {
-        let chunk = tokio::select! {
-            chunk = chunks.next() => chunk,
-            _ = closing.wait_for(|closing| *closing) => {
-                let message = "the node is shutting down: send the records again";
-                return unavailable(message);
-            }
-        };
-        let Some(chunk) = chunk else { break };
-        let Ok(chunk) = chunk else {
-            return error(StatusCode::BAD_REQUEST, "failed to read the log stream");
-        };
-        pending.extend_from_slice(&chunk);
-        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            if let Err((status, message)) = ingest(&state, &uid, &line[..end], &mut accepted) {
-                return error(status, message);
-            }
+    let ingested = tokio::select! {
+        ingested = ingesting => ingested,
+        _ = closing.wait_for(|closing| *closing) => {
+            let message = "the node is shutting down: send the records again";
+            return unavailable(message);
         }
-        if pending.len() > MAX_LOG_RECORD {
-            let message = format!("log record longer than {MAX_LOG_RECORD} bytes");
-            return error(StatusCode::PAYLOAD_TOO_LARGE, message);
-        }
-    }
-    if let Err((status, message)) = ingest(&state, &uid, &pending, &mut accepted) {
-        return error(status, message);
-    }
-    Json(serde_json::json!({ "accepted": accepted })).into_response()
-}
-
-/// Appends one NDJSON record; `Err` is the status and message to answer with.
-fn ingest(
-    state: &Shared,
-    uid: &str,
-    line: &[u8],
-    accepted: &mut usize,
-) -> Result<(), (StatusCode, String)> {
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return Ok(());
-    }
-    let record: LogRecord = serde_json::from_slice(line).map_err(|e| {
-        let message = format!("log record {} is not valid: {e}", *accepted + 1);
-        (StatusCode::BAD_REQUEST, message)
-    })?;
-    state
-        .append_log(uid, record)
-        .map_err(|e| (StatusCode::FORBIDDEN, e.to_string()))?;
-    *accepted += 1;
-    Ok(())
+    };
+    let status = match &ingested {
+        Ok(accepted) => return Json(serde_json::json!({ "accepted": accepted })).into_response(),
+        Err(IngestError::TooLong { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
+        Err(IngestError::Refused(_)) => StatusCode::FORBIDDEN,
+        Err(IngestError::Invalid { .. } | IngestError::Read(_)) => StatusCode::BAD_REQUEST,
+    };
+    let message = ingested.err().map(|e| e.to_string()).unwrap_or_default();
+    error(status, message)
 }
 
 #[cfg(test)]

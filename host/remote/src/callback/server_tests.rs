@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use super::*;
 use crate::callback::{
     EnvVar, LogOptions, LogStream, RateLimit, RunnerEventKind, RunnerState, Secret, Workload,
@@ -261,25 +263,80 @@ fn no_secret_appears_in_traces_errors_or_debug() {
     }
 }
 
-/// Runs success and refusal paths, checks errors and Debug output, returns the secrets seen.
+/// Runs success and refusal paths, checks errors and Debug output, returns the secrets seen:
+/// the bootstrap token, an env value, the session JWTs and the `ncr1` credential.
 async fn exercise_every_path() -> Vec<String> {
     let (server, _events) = start(config()).await;
     let handle = server.handle();
     let token = handle.register("uid-a", workload("a")).expect("a");
-    let a = client(&server);
+    let credential = handle.credential("uid-a").expect("credential");
+    let a = client(&server).with_credential(Some(credential.clone()));
     a.exchange(&token).await.expect("exchange");
     let fetched = a.workload().await.expect("workload");
+    a.reauthenticate().await.expect("reauthenticate");
     let replay = client(&server).exchange(&token).await.expect_err("replay");
     let wrong = client(&server)
         .exchange(&Secret::new(format!("{}x", token.expose())))
         .await
         .expect_err("wrong");
-    let shown = format!("{replay} {replay:?} {wrong} {wrong:?} {fetched:?} {token:?} {a:?}");
-    assert!(!shown.contains(token.expose()), "{shown}");
-    assert!(!shown.contains(SECRET_ENV), "{shown}");
-    let session = format!("{:?}", handle.0);
-    assert!(!session.contains(token.expose()));
-    vec![token.expose().to_string(), SECRET_ENV.to_string()]
+    let forged = Secret::new(format!("{}x", credential.expose()));
+    let forged = (client(&server).with_credential(Some(forged)))
+        .reauthenticate()
+        .await
+        .expect_err("forged credential");
+    let (session, refreshed) = raw_sessions(&server, &handle).await;
+    let shown = format!(
+        "{replay} {replay:?} {wrong} {wrong:?} {forged} {forged:?} {fetched:?} {token:?} \
+         {credential:?} {a:?} {session:?} {refreshed:?}"
+    );
+    let session = session.session_token;
+    let refreshed = refreshed.session_token;
+    assert!(credential.expose().starts_with("ncr1:"), "a credential");
+    assert_eq!(session.split('.').count(), 3, "a JWT");
+    let secrets = [
+        token.expose(),
+        SECRET_ENV,
+        credential.expose(),
+        &session,
+        &refreshed,
+    ];
+    for secret in secrets {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+    let state = format!("{:?}", handle.0);
+    for secret in secrets {
+        assert!(!state.contains(secret), "{secret} in {state}");
+    }
+    secrets.map(str::to_owned).to_vec()
+}
+
+/// A session of binding `uid-b` exchanged, used and refreshed over plain HTTPS, as answered.
+async fn raw_sessions(
+    server: &CallbackServer,
+    handle: &CallbackHandle,
+) -> (TokenResponse, TokenResponse) {
+    let token = handle.register("uid-b", workload("b")).expect("b");
+    let http = raw(server);
+    let base = url(server);
+    let answer = |response: reqwest::Response| async move {
+        let response = response.error_for_status().expect("answered");
+        response.json::<TokenResponse>().await.expect("json")
+    };
+    let body = serde_json::json!({ "bootstrapToken": token.expose() });
+    let sent = http
+        .post(format!("{base}/v1/token"))
+        .json(&body)
+        .send()
+        .await;
+    let session = answer(sent.expect("send")).await;
+    let bearer = |request: reqwest::RequestBuilder| request.bearer_auth(&session.session_token);
+    let fetched = bearer(http.get(format!("{base}/v1/workload"))).send().await;
+    assert!(fetched.expect("send").status().is_success());
+    let sent = bearer(http.post(format!("{base}/v1/token/refresh")))
+        .send()
+        .await;
+    let refreshed = answer(sent.expect("send")).await;
+    (session, refreshed)
 }
 
 #[tokio::test]

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use neocloud_protocol::session::{ExitStatus, Frame, TerminalSize};
+use futures::{SinkExt, StreamExt};
+use neocloud_protocol::session::{ExitStatus, Frame, TerminalSize, frame_reader, frame_writer};
 use neocloud_runner::{CallbackClient, ExecTarget, serve_sessions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
@@ -85,12 +86,18 @@ fn exec(command: &[&str], tty: bool, stdin: bool) -> SessionRequest {
     }
 }
 
+/// Sends `frame` on the session.
+async fn send(io: &mut SessionIo, frame: Frame) {
+    frame_writer(io).send(frame).await.expect("send a frame");
+}
+
 /// Every frame until the runner closes the session (at most 10 s).
 async fn read_all(io: &mut SessionIo) -> Vec<Frame> {
     let mut frames = Vec::new();
+    let mut reader = frame_reader(io);
     let read = async {
-        while let Some(frame) = Frame::read(io).await.expect("frame") {
-            frames.push(frame);
+        while let Some(frame) = reader.next().await {
+            frames.push(frame.expect("frame"));
         }
     };
     tokio::time::timeout(Duration::from_secs(10), read)
@@ -153,15 +160,9 @@ async fn exec_with_stdin_echoes_what_is_sent_and_ends_on_stdin_end() {
         .open_session("uid-a", request)
         .await
         .expect("open");
-    Frame::Stdin(b"hello\n".to_vec())
-        .write(&mut io)
-        .await
-        .expect("w");
-    Frame::Stdin(vec![b'x'; 300_000])
-        .write(&mut io)
-        .await
-        .expect("w");
-    Frame::StdinEnd.write(&mut io).await.expect("w");
+    send(&mut io, Frame::Stdin(b"hello\n".to_vec())).await;
+    send(&mut io, Frame::Stdin(vec![b'x'; 300_000])).await;
+    send(&mut io, Frame::StdinEnd).await;
     let frames = read_all(&mut io).await;
     assert_eq!(stdout(&frames), format!("hello\n{}", "x".repeat(300_000)));
     assert_eq!(frames.last(), Some(&exited(0)));
@@ -199,11 +200,8 @@ async fn exec_with_a_tty_runs_on_a_terminal_of_the_size_sent() {
         width: 101,
         height: 33,
     };
-    Frame::Resize(size).write(&mut io).await.expect("w");
-    Frame::Stdin(b"go\r".to_vec())
-        .write(&mut io)
-        .await
-        .expect("w");
+    send(&mut io, Frame::Resize(size)).await;
+    send(&mut io, Frame::Stdin(b"go\r".to_vec())).await;
     let frames = read_all(&mut io).await;
     let out = stdout(&frames);
     assert!(out.contains("/dev/pts/"), "{out:?}");
@@ -235,9 +233,9 @@ async fn forward(handle: &CallbackHandle, port: u16, payload: Vec<u8>) -> Vec<u8
     let request = SessionRequest::PortForward { port };
     let mut io = handle.open_session("uid-a", request).await.expect("open");
     for chunk in payload.chunks(50_000) {
-        Frame::Data(chunk.to_vec()).write(&mut io).await.expect("w");
+        send(&mut io, Frame::Data(chunk.to_vec())).await;
     }
-    Frame::DataEnd.write(&mut io).await.expect("w");
+    send(&mut io, Frame::DataEnd).await;
     let frames = read_all(&mut io).await;
     assert_eq!(frames.last(), Some(&Frame::DataEnd));
     (frames.iter())
@@ -396,7 +394,7 @@ async fn a_binding_has_a_limit_of_open_sessions() {
         .open_session("uid-a", cat())
         .await
         .expect("3 after 1");
-    Frame::StdinEnd.write(&mut third).await.expect("w");
+    send(&mut third, Frame::StdinEnd).await;
     assert_eq!(read_all(&mut third).await.last(), Some(&exited(0)));
 }
 

@@ -9,11 +9,12 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::SinkExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
-use neocloud_protocol::session::{ExitStatus, Frame};
+use neocloud_protocol::session::{ExitStatus, Frame, FrameError, FrameWriter, frame_writer};
 
 use super::pty::Pty;
 use super::{CHUNK, ExecTarget, frames};
@@ -71,7 +72,8 @@ pub(super) async fn exec<S>(io: S, target: &ExecTarget, argv: &[String], tty: bo
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (reader, mut writer) = tokio::io::split(io);
+    let (reader, writer) = tokio::io::split(io);
+    let mut writer = frame_writer(writer);
     let spawned = match target.command(argv, tty, stdin) {
         Ok(command) if tty => spawn_tty(command),
         Ok(command) => spawn_piped(command, stdin),
@@ -103,14 +105,14 @@ where
 }
 
 async fn end<W: AsyncWrite + Unpin>(
-    writer: &mut W,
+    writer: &mut FrameWriter<W>,
     exit_code: Option<i32>,
     error: Option<String>,
-) -> std::io::Result<()> {
-    Frame::Exit(ExitStatus { exit_code, error })
-        .write(writer)
+) -> Result<(), FrameError> {
+    writer
+        .send(Frame::Exit(ExitStatus { exit_code, error }))
         .await?;
-    writer.shutdown().await
+    writer.close().await
 }
 
 type Spawned = (Child, Input, Vec<Output>);
@@ -201,9 +203,9 @@ type Waited = std::io::Result<std::process::ExitStatus>;
 async fn pump<W: AsyncWrite + Unpin>(
     mut child: Child,
     mut outputs: Vec<Output>,
-    writer: &mut W,
+    writer: &mut FrameWriter<W>,
     mut feeding: tokio::task::JoinHandle<()>,
-) -> std::io::Result<Option<Waited>> {
+) -> Result<Option<Waited>, FrameError> {
     let mut status = None;
     let mut deadline = tokio::time::Instant::now();
     let mut feeding_done = false;
@@ -221,7 +223,7 @@ async fn pump<W: AsyncWrite + Unpin>(
                     outputs.swap_remove(index);
                 }
                 Ok(n) => {
-                    outputs[index].frame(n).write(writer).await?;
+                    writer.send(outputs[index].frame(n)).await?;
                 }
             },
             waited = child.wait(), if status.is_none() => {

@@ -39,7 +39,7 @@ pub(super) mod status {
 
 /// Why bytes are not SPDY/3.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum FrameError {
+pub(crate) enum FrameError {
     #[error("spdy control frame of {0} bytes is over the {MAX_CONTROL_LEN}-byte limit")]
     TooLong(usize),
     #[error("unsupported spdy version {0}")]
@@ -53,11 +53,11 @@ pub(super) enum FrameError {
 }
 
 /// Header names and values, names as sent (the server lowercases what it reads).
-pub(super) type Headers = Vec<(String, String)>;
+pub(crate) type Headers = Vec<(String, String)>;
 
 /// One SPDY/3 frame. Unknown control types are kept only by number, to be ignored.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Frame {
+pub(crate) enum Frame {
     /// Stream, FIN, payload.
     Data(u32, bool, Bytes),
     /// Stream, FIN, headers; likewise SYN_REPLY and HEADERS.

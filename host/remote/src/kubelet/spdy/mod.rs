@@ -35,6 +35,8 @@
 mod conn;
 mod frame;
 #[cfg(test)]
+pub(crate) mod test_client;
+#[cfg(test)]
 mod tests;
 
 use std::io;

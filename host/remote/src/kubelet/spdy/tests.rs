@@ -1,71 +1,13 @@
-//! A small client built from the frame codec drives a [`Connection`] over an in-memory pipe.
-
-use std::time::Duration;
+//! A small client built from the frame codec ([`super::test_client`]) drives a [`Connection`]
+//! over an in-memory pipe.
 
 use bytes::{Bytes, BytesMut};
 use flate2::{Compress, Compression, FlushCompress};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::io::AsyncWriteExt;
 
 use super::frame::{self, Deflater, Frame, Inflater, status};
+use super::test_client::connect;
 use super::*;
-
-struct Client {
-    io: DuplexStream,
-    deflater: Deflater,
-    inflater: Inflater,
-    buf: BytesMut,
-}
-
-impl Client {
-    async fn send(&mut self, frame: Frame) {
-        let mut out = Vec::new();
-        frame.encode(&mut out, &mut self.deflater).unwrap();
-        self.io.write_all(&out).await.unwrap();
-    }
-
-    /// The next frame from the server; `None` at EOF.
-    async fn next(&mut self) -> Option<Frame> {
-        loop {
-            if let Some(frame) = frame::decode(&mut self.buf, &mut self.inflater).unwrap() {
-                return Some(frame);
-            }
-            let read =
-                tokio::time::timeout(Duration::from_secs(5), self.io.read_buf(&mut self.buf));
-            if read.await.expect("server went quiet").unwrap() == 0 {
-                return None;
-            }
-        }
-    }
-
-    /// Opens `stream` and checks the empty SYN_REPLY.
-    async fn open(&mut self, stream: u32, headers: &[(&str, &str)]) {
-        let headers = headers
-            .iter()
-            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-            .collect();
-        self.send(Frame::SynStream(stream, false, headers)).await;
-        assert_eq!(
-            self.next().await,
-            Some(Frame::SynReply(stream, false, vec![]))
-        );
-    }
-
-    async fn data(&mut self, stream: u32, fin: bool, data: &'static [u8]) {
-        self.send(Frame::Data(stream, fin, Bytes::from_static(data)))
-            .await;
-    }
-}
-
-fn connect() -> (Client, Connection) {
-    let (client, server) = tokio::io::duplex(1 << 20);
-    let client = Client {
-        io: client,
-        deflater: Deflater::default(),
-        inflater: Inflater::default(),
-        buf: BytesMut::new(),
-    };
-    (client, Connection::new(server))
-}
 
 fn data(stream: u32, fin: bool, data: &'static [u8]) -> Option<Frame> {
     Some(Frame::Data(stream, fin, Bytes::from_static(data)))

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use neocloud_protocol::session::{ExitStatus, Frame, TerminalSize};
+use futures::{SinkExt, StreamExt};
+use neocloud_protocol::session::{ExitStatus, Frame, FrameWriter, TerminalSize, split_frames};
 use serde_json::json;
 use tokio::io::WriteHalf;
 use tokio::sync::Mutex;
@@ -130,14 +130,14 @@ pub(crate) fn failure(message: &str) -> serde_json::Value {
     })
 }
 
-type SessionWriter = Arc<Mutex<WriteHalf<SessionIo>>>;
+type SessionWriter = Arc<Mutex<FrameWriter<WriteHalf<SessionIo>>>>;
 
 /// What an exec or attach opens once its streams are there.
 pub(crate) type Opening<T> = BoxFuture<'static, Result<T, LogError>>;
 
 /// Sends `frame` to the runner; false once the session is gone.
 async fn send(writer: &SessionWriter, frame: Frame) -> bool {
-    frame.write(&mut *writer.lock().await).await.is_ok()
+    writer.lock().await.send(frame).await.is_ok()
 }
 
 /// Copies the caller's stdin into the session, then says it ended.
@@ -205,7 +205,8 @@ pub(crate) async fn serve_exec(
         conn.close().await;
         return;
     };
-    let (mut from_runner, to_runner) = tokio::io::split(session);
+    // Read as frames through one buffer: a read the `select!` below drops loses no byte.
+    let (mut from_runner, to_runner) = split_frames(session);
     let to_runner: SessionWriter = Arc::new(Mutex::new(to_runner));
     let mut pumps = Vec::new();
     if let Some(stdin) = streams.stdin.take() {
@@ -216,14 +217,14 @@ pub(crate) async fn serve_exec(
     }
     let status = loop {
         tokio::select! {
-            frame = Frame::read(&mut from_runner) => match frame {
-                Ok(Some(Frame::Stdout(bytes))) => write_to(&streams.stdout, &bytes).await,
-                Ok(Some(Frame::Stderr(bytes))) => write_to(&streams.stderr, &bytes).await,
-                Ok(Some(Frame::Exit(status))) => break Some(exit_status(&options.command, &status)),
-                Ok(Some(Frame::Error(message))) => break Some(failure(&message)),
-                Ok(Some(other)) => tracing::debug!(?other, "kubelet: unexpected frame from the runner"),
-                Ok(None) => break Some(failure("the runner closed the session before the command ended")),
-                Err(e) => break Some(failure(&format!("the runner's session failed: {e}"))),
+            frame = from_runner.next() => match frame {
+                Some(Ok(Frame::Stdout(bytes))) => write_to(&streams.stdout, &bytes).await,
+                Some(Ok(Frame::Stderr(bytes))) => write_to(&streams.stderr, &bytes).await,
+                Some(Ok(Frame::Exit(status))) => break Some(exit_status(&options.command, &status)),
+                Some(Ok(Frame::Error(message))) => break Some(failure(&message)),
+                Some(Ok(other)) => tracing::debug!(?other, "kubelet: unexpected frame from the runner"),
+                None => break Some(failure("the runner closed the session before the command ended")),
+                Some(Err(e)) => break Some(failure(&format!("the runner's session failed: {e}"))),
             },
             extra = conn.accept() => match extra {
                 Some(stream) => stream.split().1.reset().await,
@@ -296,6 +297,10 @@ pub(crate) async fn serve_attach(
     }
     conn.close().await;
 }
+
+#[cfg(test)]
+#[path = "exec_tests.rs"]
+mod session_tests;
 
 #[cfg(test)]
 mod tests {

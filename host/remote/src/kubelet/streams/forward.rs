@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use neocloud_protocol::session::{Frame, SessionRequest, chunks};
+use futures::{SinkExt, StreamExt};
+use neocloud_protocol::session::{Frame, SessionRequest, chunks, split_frames};
 
 use super::super::source::{LogSource, PodRef};
 use super::super::spdy::{Connection, Stream, StreamReader, StreamWriter};
@@ -139,36 +140,32 @@ async fn run(
         .open_session(pod, None, SessionRequest::PortForward { port })
         .await
         .map_err(|e| e.to_string())?;
-    let (mut from_runner, mut to_runner) = tokio::io::split(session);
+    let (mut from_runner, mut to_runner) = split_frames(session);
     // The only writer towards the runner: the caller's bytes, then their end.
     let upstream = tokio::spawn(async move {
         while let Some(bytes) = data_in.read().await {
             for chunk in chunks(&bytes) {
-                if Frame::Data(chunk.to_vec())
-                    .write(&mut to_runner)
-                    .await
-                    .is_err()
-                {
+                if to_runner.send(Frame::Data(chunk.to_vec())).await.is_err() {
                     return;
                 }
             }
         }
-        let _ = Frame::DataEnd.write(&mut to_runner).await;
+        let _ = to_runner.send(Frame::DataEnd).await;
     });
     let outcome = loop {
-        match Frame::read(&mut from_runner).await {
-            Ok(Some(Frame::Data(bytes))) => {
+        match from_runner.next().await {
+            Some(Ok(Frame::Data(bytes))) => {
                 if data_out.write(&bytes).await.is_err() {
                     break Ok(());
                 }
             }
-            Ok(Some(Frame::DataEnd)) => {
+            Some(Ok(Frame::DataEnd)) => {
                 let _ = data_out.finish().await;
             }
-            Ok(Some(Frame::Error(message))) => break Err(message),
-            Ok(Some(other)) => tracing::debug!(?other, "kubelet: unexpected frame from the runner"),
-            Ok(None) => break Ok(()),
-            Err(e) => break Err(format!("the runner's session failed: {e}")),
+            Some(Ok(Frame::Error(message))) => break Err(message),
+            Some(Ok(other)) => tracing::debug!(?other, "kubelet: unexpected frame from the runner"),
+            None => break Ok(()),
+            Some(Err(e)) => break Err(format!("the runner's session failed: {e}")),
         }
     };
     upstream.abort();
