@@ -1,6 +1,8 @@
 //! A simulator of NVKE's management API, the part a burst node reads: `GET /api/clusters`, the
 //! workload clusters with their `conditions.provisioning` and `conditions.provisioned`, behind a
-//! JWT bearer check in Enforcing mode (a missing or wrong token is 401).
+//! JWT bearer check in Enforcing mode (a missing or wrong token is 401). It serves HTTPS with a
+//! self-signed certificate for 127.0.0.1, as the TLS proxy a deployment puts in front of NVKE's
+//! plain HTTP would; clients trust [`NvkeSim::ca_pem`].
 //!
 //! Each cluster is provisioning until its configured delay has passed, then provisioned. The
 //! list's shape (`{"clusters": [{"id", "name", "kubernetesVersion", "conditions"}]}`) follows the
@@ -33,6 +35,10 @@ struct State_ {
     token: String,
     clusters: Vec<Cluster>,
     requests: u64,
+    /// Bytes of filler added to each answer (a fault: an answer too large to read).
+    padding: usize,
+    /// Whether answers are held back forever (a fault: an API that never answers).
+    stalled: bool,
 }
 
 /// `Debug` redacts the API token.
@@ -50,6 +56,7 @@ impl std::fmt::Debug for State_ {
 #[derive(Debug)]
 pub struct NvkeSim {
     addr: SocketAddr,
+    ca_pem: String,
     state: Arc<Mutex<State_>>,
     task: JoinHandle<()>,
 }
@@ -61,14 +68,17 @@ impl Drop for NvkeSim {
 }
 
 impl NvkeSim {
-    /// Serves on a free loopback port, accepting `Authorization: Bearer <token>`.
+    /// Serves HTTPS on a free loopback port, accepting `Authorization: Bearer <token>`.
     pub async fn start(token: &str) -> std::io::Result<NvkeSim> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = tcp.local_addr()?;
+        let (listener, ca_pem) = TlsListener::self_signed(tcp)?;
         let state = Arc::new(Mutex::new(State_ {
             token: token.to_owned(),
             clusters: Vec::new(),
             requests: 0,
+            padding: 0,
+            stalled: false,
         }));
         let app = Router::new()
             .route("/api/clusters", get(list))
@@ -76,12 +86,32 @@ impl NvkeSim {
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(NvkeSim { addr, state, task })
+        Ok(NvkeSim {
+            addr,
+            ca_pem,
+            state,
+            task,
+        })
     }
 
-    /// The API's base URL (`http://127.0.0.1:<port>`; NVKE serves plain HTTP).
+    /// The API's base URL, `https://127.0.0.1:<port>`.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("https://{}", self.addr)
+    }
+
+    /// The self-signed certificate (PEM) the API serves, which clients trust as its CA.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// Adds `bytes` of filler to every answer from now on.
+    pub fn set_padding(&self, bytes: usize) {
+        self.state.lock().padding = bytes;
+    }
+
+    /// Holds every answer back forever from now on (or answers again, with `false`).
+    pub fn set_stalled(&self, stalled: bool) {
+        self.state.lock().stalled = stalled;
     }
 
     /// Adds a workload cluster that is provisioning for `after`, then provisioned.
@@ -105,6 +135,9 @@ impl NvkeSim {
 }
 
 async fn list(State(state): State<Arc<Mutex<State_>>>, headers: HeaderMap) -> Response {
+    if state.lock().stalled {
+        std::future::pending::<()>().await;
+    }
     let mut s = state.lock();
     s.requests += 1;
     let presented = headers
@@ -137,5 +170,55 @@ async fn list(State(state): State<Arc<Mutex<State_>>>, headers: HeaderMap) -> Re
             })
         })
         .collect();
-    axum::Json(json!({ "clusters": clusters })).into_response()
+    let padding = " ".repeat(s.padding);
+    axum::Json(json!({ "clusters": clusters, "padding": padding })).into_response()
+}
+
+/// Accepts TCP connections and completes a TLS handshake on each; a failed handshake is
+/// dropped and the next connection accepted.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl TlsListener {
+    /// A listener serving a fresh self-signed certificate for 127.0.0.1, and that certificate.
+    fn self_signed(tcp: tokio::net::TcpListener) -> std::io::Result<(Self, String)> {
+        let invalid = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
+        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])
+            .map_err(|e| invalid(&e))?;
+        let key =
+            rustls::pki_types::PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| invalid(&e))?
+            .with_no_client_auth()
+            .with_single_cert(vec![certified.cert.der().clone()], key.into())
+            .map_err(|e| invalid(&e))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        Ok((Self { tcp, acceptor }, certified.cert.pem()))
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((stream, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            let handshake = self.acceptor.accept(stream);
+            if let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(5), handshake).await {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
 }

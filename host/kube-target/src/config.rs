@@ -28,6 +28,10 @@ pub struct RemoteCluster {
     /// USD per hour added to every Pod run there (the cluster's fixed chargeback), default 0.
     #[serde(default)]
     pub surcharge_per_hour: f64,
+    /// Accept a kubeconfig that sets `insecure-skip-tls-verify: true` (default false: such a
+    /// kubeconfig is refused, since anyone on the path could then act as the cluster).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure_skip_tls_verify: bool,
 }
 
 /// Where a remote cluster's kubeconfig is.
@@ -198,6 +202,7 @@ mod tests {
             },
             gpu_prices: BTreeMap::from([("NVIDIA-A100-SXM4-80GB".to_owned(), 1.9)]),
             surcharge_per_hour: 0.0,
+            allow_insecure_skip_tls_verify: false,
         }
     }
 

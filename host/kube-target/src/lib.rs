@@ -3,6 +3,7 @@
 //! clouds, so one fallback ladder and one policy can choose between clusters and clouds.
 //!
 //! - [`config`]: how a remote cluster is described (kubeconfig, namespace, chargeback prices);
+//! - [`kubeconfig`]: what a remote cluster's kubeconfig may contain (inline material only);
 //! - [`capacity`]: free GPUs per node from the remote Nodes and Pods;
 //! - [`offers`]: those GPUs as priced offers;
 //! - [`pod`]: the remote Pod and Secret of a rental, and how a remote Pod reads as an instance;
@@ -14,6 +15,7 @@
 
 pub mod capacity;
 pub mod config;
+pub mod kubeconfig;
 pub mod nvke;
 pub mod offers;
 pub mod pod;

@@ -8,8 +8,14 @@
 //! from the Secret named by the cluster's id (in the node's namespace). A refused token or an
 //! unreachable API makes the provider unhealthy with the reason; the clusters already found keep
 //! their running Pods.
+//!
+//! The client speaks HTTPS only (the JWT is a bearer token): an `http://` URL is refused when
+//! the configuration is checked, redirects are not followed, every request has a deadline and
+//! an answer larger than [`MAX_ANSWER`] is refused rather than read. The management API's
+//! certificate is verified against the system roots, or against `caFile` alone when given.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -29,9 +35,13 @@ use crate::target::{KubeTarget, client_from_kubeconfig, secret_text};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NvkeDiscovery {
-    /// The management API's base URL, e.g. `https://nvke.example.com` (NVKE itself serves plain
-    /// HTTP on NodePort 30080; put TLS in front of it).
+    /// The management API's base URL, `https://` only, e.g. `https://nvke.example.com` (NVKE
+    /// itself serves plain HTTP on NodePort 30080; put TLS in front of it).
     pub url: String,
+    /// A PEM file of the CA certificates that sign the management API's certificate; when
+    /// given, they alone are trusted for it (not the system roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
     /// The Secret holding the JWT: `name` (in the node's namespace) or `namespace/name`.
     pub token_secret: String,
     /// Its key, default `token`.
@@ -73,9 +83,19 @@ impl NvkeDiscovery {
     /// Checks the section; errors name the field and the value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let url = self.url.trim_end_matches('/');
-        let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
-        if !scheme_ok || reqwest::Url::parse(url).is_err() {
-            return Err(bad("url", format!("{:?} is not an http(s) URL", self.url)));
+        let parsed = reqwest::Url::parse(url).ok();
+        if parsed.as_ref().is_none_or(|u| !u.has_host()) {
+            return Err(bad("url", format!("{:?} is not a URL", self.url)));
+        }
+        if parsed.is_some_and(|u| u.scheme() != "https") {
+            return Err(bad(
+                "url",
+                format!(
+                    "{:?} is not an https URL: the bearer token must not travel in clear text \
+                     (put TLS in front of NVKE's HTTP port)",
+                    self.url
+                ),
+            ));
         }
         if !is_secret_ref(&self.token_secret) {
             return Err(bad(
@@ -157,6 +177,61 @@ pub fn parse_clusters(body: &Value) -> Result<Vec<NvkeCluster>, String> {
         .collect()
 }
 
+/// The largest answer of the management API read, 4 MiB (thousands of clusters).
+pub const MAX_ANSWER: usize = 4 << 20;
+
+/// How long one listing may take, from connecting to the answer's last byte.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long connecting (TCP and TLS) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The client for the management API: HTTPS only, no redirects, `timeout` per request, the
+/// CAs of `cfg.caFile` alone when given. Errors name the field and the file.
+pub fn http_client(cfg: &NvkeDiscovery, timeout: Duration) -> Result<reqwest::Client, ConfigError> {
+    let mut builder = reqwest::Client::builder()
+        .https_only(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(CONNECT_TIMEOUT.min(timeout))
+        .timeout(timeout);
+    if let Some(path) = &cfg.ca_file {
+        let at = |message: String| bad("caFile", format!("{}: {message}", path.display()));
+        let pem = std::fs::read(path).map_err(|e| at(format!("cannot read it: {e}")))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| at(format!("not PEM certificates: {e}")))?;
+        if certs.is_empty() {
+            return Err(at("holds no certificate".to_owned()));
+        }
+        builder = builder.tls_built_in_root_certs(false);
+        for cert in certs {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder
+        .build()
+        .map_err(|e| bad("url", format!("cannot build an HTTPS client: {e}")))
+}
+
+/// The body of `response`, refused once it passes `limit` bytes (read no further).
+async fn bounded_text(response: reqwest::Response, limit: usize) -> Result<String, String> {
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(format!("the answer is larger than {limit} bytes"));
+    }
+    let mut body = Vec::new();
+    let mut response = response;
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("reading the answer failed: {e}"))?
+    {
+        if body.len() + chunk.len() > limit {
+            return Err(format!("the answer is larger than {limit} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
 fn failure(class: FailureClass, message: impl std::fmt::Display) -> ProviderError {
     ProviderError::new(
         ProviderId::Kube,
@@ -180,7 +255,9 @@ async fn list(
         .await
         .map_err(|e| failure(FailureClass::Transient, format!("GET {url} failed: {e}")))?;
     let status = response.status();
-    let text = response.text().await.unwrap_or_default();
+    let text = bounded_text(response, MAX_ANSWER)
+        .await
+        .map_err(|e| failure(FailureClass::Transient, format!("GET {url}: {e}")))?;
     let detail: String = text.chars().take(200).collect();
     match status.as_u16() {
         200..=299 => {}
@@ -253,7 +330,11 @@ impl Discovery {
                     continue;
                 }
             };
-            let client = match client_from_kubeconfig(&kubeconfig).await {
+            let origin = format!(
+                "Secret {}/{id} key {:?}",
+                self.own_namespace, self.cfg.kubeconfig_key
+            );
+            let client = match client_from_kubeconfig(&kubeconfig, &origin, false).await {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(cluster = %id, error = %e, "NVKE cluster's kubeconfig is not usable");
@@ -270,6 +351,7 @@ impl Discovery {
                 },
                 gpu_prices: self.cfg.gpu_prices.clone(),
                 surcharge_per_hour: self.cfg.surcharge_per_hour,
+                allow_insecure_skip_tls_verify: false,
             };
             target.add_cluster(cluster, client);
             self.found.insert((*id).to_owned());
@@ -285,17 +367,14 @@ impl Discovery {
 
 /// Starts discovery for `target`: every `cfg.intervalSeconds`, until the provider is dropped.
 /// `local` reads the token and kubeconfig Secrets; `own_namespace` is where they are unless the
-/// token's Secret names its namespace.
+/// token's Secret names its namespace. An unreadable `caFile` is an error, and nothing starts.
 pub fn discover(
     target: &Arc<KubeTarget>,
     cfg: NvkeDiscovery,
     local: Client,
     own_namespace: String,
-) {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap_or_default();
+) -> Result<(), ConfigError> {
+    let http = http_client(&cfg, REQUEST_TIMEOUT)?;
     let interval = Duration::from_secs(cfg.interval_seconds.max(1));
     let mut discovery = Discovery {
         target: Arc::downgrade(target),
@@ -318,6 +397,7 @@ pub fn discover(
         }
     });
     target.tasks.lock().push(task);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -349,10 +429,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn bad_sections_are_refused_by_field() {
-        let good = NvkeDiscovery {
+    fn section() -> NvkeDiscovery {
+        NvkeDiscovery {
             url: "https://nvke.example.com".into(),
+            ca_file: None,
             token_secret: "nvke-token".into(),
             token_key: default_token_key(),
             namespace: "burst".into(),
@@ -360,7 +440,81 @@ mod tests {
             surcharge_per_hour: 0.0,
             kubeconfig_key: default_kubeconfig_key(),
             interval_seconds: 30,
+        }
+    }
+
+    /// A section for `sim`, trusting its certificate from a file in `dir`.
+    fn trusting(sim: &neocloud_cloudsim::NvkeSim, dir: &std::path::Path) -> NvkeDiscovery {
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, sim.ca_pem()).unwrap();
+        NvkeDiscovery {
+            url: sim.base_url(),
+            ca_file: Some(ca),
+            ..section()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_client_refuses_an_oversized_answer_and_one_that_never_comes() {
+        let sim = neocloud_cloudsim::NvkeSim::start("jwt").await.unwrap();
+        sim.add_cluster("wc-1", "west", Duration::ZERO);
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = trusting(&sim, dir.path());
+        let http = http_client(&cfg, Duration::from_secs(2)).unwrap();
+        assert_eq!(list(&http, &cfg, "jwt").await.unwrap().len(), 1);
+
+        sim.set_padding(MAX_ANSWER);
+        let e = list(&http, &cfg, "jwt").await.unwrap_err();
+        assert!(e.message.contains("larger than 4194304 bytes"), "{e}");
+
+        sim.set_padding(0);
+        sim.set_stalled(true);
+        let stalled = tokio::time::timeout(Duration::from_secs(60), list(&http, &cfg, "jwt"));
+        let e = stalled
+            .await
+            .expect("the request has a deadline")
+            .unwrap_err();
+        assert_eq!(e.class, FailureClass::Transient, "{e}");
+    }
+
+    #[tokio::test]
+    async fn the_client_speaks_only_https_to_a_certificate_it_trusts() {
+        let sim = neocloud_cloudsim::NvkeSim::start("jwt").await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let trusted = trusting(&sim, dir.path());
+        let http = http_client(&trusted, Duration::from_secs(5)).unwrap();
+        list(&http, &trusted, "jwt").await.unwrap();
+
+        // The system roots do not know the simulator's self-signed certificate.
+        let roots = NvkeDiscovery {
+            ca_file: None,
+            ..trusted.clone()
         };
+        let http = http_client(&roots, Duration::from_secs(5)).unwrap();
+        list(&http, &roots, "jwt").await.unwrap_err();
+
+        // Even past validation, the client sends nothing over plain HTTP.
+        let plain = NvkeDiscovery {
+            url: trusted.url.replace("https://", "http://"),
+            ..trusted.clone()
+        };
+        let http = http_client(&plain, Duration::from_secs(5)).unwrap();
+        let e = list(&http, &plain, "jwt").await.unwrap_err();
+        assert!(e.message.contains("GET http://"), "{e}");
+        assert_eq!(sim.requests(), 1, "only the trusted HTTPS request arrived");
+
+        let missing = NvkeDiscovery {
+            ca_file: Some(dir.path().join("absent.pem")),
+            ..trusted
+        };
+        let e = http_client(&missing, Duration::from_secs(5)).unwrap_err();
+        assert_eq!(e.field, "nvke.caFile");
+        assert!(e.message.contains("absent.pem"), "{e}");
+    }
+
+    #[test]
+    fn bad_sections_are_refused_by_field() {
+        let good = section();
         good.validate().unwrap();
         let field = |edit: &dyn Fn(&mut NvkeDiscovery)| {
             let mut c = good.clone();
@@ -368,6 +522,16 @@ mod tests {
             c.validate().unwrap_err().field
         };
         assert_eq!(field(&|c| c.url = "ftp://x".into()), "nvke.url");
+        assert_eq!(field(&|c| c.url = "nvke.example.com".into()), "nvke.url");
+        let mut plain = good.clone();
+        plain.url = "http://nvke.example.com:30080".into();
+        let e = plain.validate().unwrap_err();
+        assert_eq!(e.field, "nvke.url");
+        assert!(
+            e.message
+                .contains("\"http://nvke.example.com:30080\" is not an https URL"),
+            "{e}"
+        );
         assert_eq!(
             field(&|c| c.token_secret = "A/b".into()),
             "nvke.tokenSecret"

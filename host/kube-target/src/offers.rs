@@ -99,6 +99,7 @@ mod tests {
             },
             gpu_prices: prices.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
             surcharge_per_hour: surcharge,
+            allow_insecure_skip_tls_verify: false,
         }
     }
 

@@ -39,17 +39,30 @@ use crate::pod::{
 /// cluster as not answering.
 const FIRST_LIST: Duration = Duration::from_secs(10);
 
+/// How long a cluster's health probe waits for its API server.
+const HEALTH_PROBE: Duration = Duration::from_secs(10);
+
 /// How long a create waits for the remote scheduler to bind or refuse the new Pod.
 const SCHEDULING_WAIT: Duration = Duration::from_secs(5);
 
-/// A kube-rs client for a kubeconfig's current context. A bad kubeconfig is an error naming what
-/// is wrong, never a panic.
-pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client, String> {
-    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| format!("invalid kubeconfig: {e}"))?;
+/// A kube-rs client for a kubeconfig's current context. `origin` names where the kubeconfig was
+/// read (`Secret burst/west key "kubeconfig"`) in every error. A kubeconfig that would run a
+/// command, read a file of the node or (unless `allow_insecure`) skip TLS verification is
+/// refused before anything is built from it ([`crate::kubeconfig::vet`]). A bad kubeconfig is an
+/// error naming what is wrong, never a panic.
+pub async fn client_from_kubeconfig(
+    yaml: &str,
+    origin: &str,
+    allow_insecure: bool,
+) -> Result<Client, String> {
+    let kubeconfig =
+        Kubeconfig::from_yaml(yaml).map_err(|e| format!("{origin}: invalid kubeconfig: {e}"))?;
+    crate::kubeconfig::vet(&kubeconfig, allow_insecure).map_err(|e| format!("{origin}: {e}"))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .map_err(|e| format!("unusable kubeconfig: {e}"))?;
-    Client::try_from(config).map_err(|e| format!("cannot build a client from the kubeconfig: {e}"))
+        .map_err(|e| format!("{origin}: unusable kubeconfig: {e}"))?;
+    Client::try_from(config)
+        .map_err(|e| format!("{origin}: cannot build a client from the kubeconfig: {e}"))
 }
 
 /// The value at `key` of Secret `namespace/name` as text.
@@ -726,17 +739,15 @@ impl Provider for KubeTarget {
         }
         let mut first_error = None;
         let mut healthy = 0;
-        for cluster in &self.snapshot() {
-            let name = cluster.config.name.as_str();
-            // A namespaced list proves both that the API answers and that we may work there.
-            let probe = cluster.pods().list(&ListParams::default().limit(1)).await;
-            match probe {
-                Ok(_) => {
+        let clusters = self.snapshot();
+        let probes = futures::future::join_all(clusters.iter().map(|c| probe(c, op))).await;
+        for (cluster, outcome) in clusters.iter().zip(probes) {
+            match outcome {
+                Ok(()) => {
                     cluster.trouble.clear("health");
                     healthy += 1;
                 }
-                Err(e) => {
-                    let failure = classify(name, op, &e);
+                Err(failure) => {
                     cluster.trouble.set("health", failure.message.clone());
                     first_error.get_or_insert(failure);
                 }
@@ -746,6 +757,25 @@ impl Provider for KubeTarget {
             Some(e) if healthy == 0 => Err(e),
             _ => Ok(()),
         }
+    }
+}
+
+/// Whether `cluster` answers, within [`HEALTH_PROBE`]: a namespaced list proves both that the
+/// API answers and that we may work there.
+async fn probe(cluster: &Cluster, op: Operation) -> Result<(), ProviderError> {
+    let name = cluster.config.name.as_str();
+    let (pods, params) = (cluster.pods(), ListParams::default().limit(1));
+    match tokio::time::timeout(HEALTH_PROBE, pods.list(&params)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(classify(name, op, &e)),
+        Err(_) => Err(error(
+            op,
+            FailureClass::Transient,
+            format!(
+                "remote cluster {name} did not answer within {} s",
+                HEALTH_PROBE.as_secs()
+            ),
+        )),
     }
 }
 

@@ -77,10 +77,15 @@ async fn provisioned_clusters_are_used_and_a_refused_token_makes_discovery_unhea
     let ctx = TestContext::new("nvke-discovery").await;
     let ns = ctx.namespace.clone();
     h200_node(&ctx.client, &format!("{ns}-h200")).await;
-    let kubeconfig = std::fs::read_to_string(ctx.control_plane.admin_kubeconfig()).unwrap();
+    let kubeconfig = ctx
+        .control_plane
+        .inline_kubeconfig_as("nvke-admin", &["system:masters"])
+        .unwrap();
     // wc-ready is provisioned from the start; wc-late only after 3 s; wc-nokey never gets a
     // kubeconfig Secret.
     let sim = NvkeSim::start("jwt-first").await.unwrap();
+    let ca_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca_file.path(), sim.ca_pem()).unwrap();
     sim.add_cluster("wc-ready", "west", Duration::ZERO);
     sim.add_cluster("wc-late", "east", Duration::from_secs(3));
     sim.add_cluster("wc-nokey", "north", Duration::ZERO);
@@ -91,6 +96,7 @@ async fn provisioned_clusters_are_used_and_a_refused_token_makes_discovery_unhea
     let target = Arc::new(KubeTarget::start(Vec::new()));
     let cfg = NvkeDiscovery {
         url: sim.base_url(),
+        ca_file: Some(ca_file.path().to_owned()),
         token_secret: "nvke-token".into(),
         token_key: "token".into(),
         namespace: ns.clone(),
@@ -100,7 +106,7 @@ async fn provisioned_clusters_are_used_and_a_refused_token_makes_discovery_unhea
         interval_seconds: 1,
     };
     cfg.validate().unwrap();
-    discover(&target, cfg, ctx.client.clone(), ns.clone());
+    discover(&target, cfg, ctx.client.clone(), ns.clone()).unwrap();
 
     // The provisioned cluster is used at once; the one still provisioning receives nothing.
     eventually("wc-ready offered", || async {

@@ -37,6 +37,7 @@ fn cluster(name: &str, namespace: &str, prices: &[(&str, f64)]) -> RemoteCluster
         },
         gpu_prices: prices.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
         surcharge_per_hour: 0.1,
+        allow_insecure_skip_tls_verify: false,
     };
     validate(std::slice::from_ref(&c), "remoteClusters").expect("valid cluster");
     c

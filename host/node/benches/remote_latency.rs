@@ -146,6 +146,7 @@ async fn run(count: usize) {
         },
         gpu_prices: [(PRODUCT.to_owned(), 0.05)].into_iter().collect(),
         surcharge_per_hour: 0.0,
+        allow_insecure_skip_tls_verify: false,
     };
     let kube = Arc::new(KubeTarget::start(vec![(cluster, remote_client.clone())]));
     let query = neocloud_core::OfferQuery {

@@ -498,3 +498,114 @@ async fn following_streams_chunks_as_they_arrive_on_the_kubelet_port() {
     say(&runner, &["second"]).await;
     assert_eq!(next().await, "second\n");
 }
+
+/// A ClusterRole with `verbs` on `nodes/proxy`, bound to ServiceAccount `account`.
+async fn allow_node_proxy(rig: &Rig, account: &str, verbs: &[&str]) {
+    let name = format!("node-proxy-{account}-{}", rig.ctx.namespace);
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": verbs}]
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(rig.ctx.client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    bind(&rig.ctx, &name, &name, "ServiceAccount", account).await;
+}
+
+/// A streaming request (`Upgrade: SPDY/3.1` with the stream `protocol`) to `path` with the
+/// bearer `token`; the status, and the body unless the connection was upgraded.
+async fn open_stream(
+    rig: &Rig,
+    token: &str,
+    method: reqwest::Method,
+    path: &str,
+    protocol: &str,
+) -> (u16, String) {
+    let response = rig
+        .direct(None)
+        .request(method, rig.kubelet_url(path))
+        .bearer_auth(token)
+        .header("Connection", "Upgrade")
+        .header("Upgrade", "SPDY/3.1")
+        .header("X-Stream-Protocol-Version", protocol)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    if status == 101 {
+        return (status, String::new());
+    }
+    (status, response.text().await.unwrap())
+}
+
+/// `call`'s status once it is `want` (RBAC takes a moment to apply), or its last one after 5 s.
+async fn once_status(mut call: impl AsyncFnMut() -> u16, want: u16) -> u16 {
+    let mut status = 0;
+    for _ in 0..50 {
+        status = call().await;
+        if status == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    status
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_on_nodes_proxy_reads_logs_but_only_create_opens_exec_attach_or_port_forward() {
+    let rig = Rig::new("kubelet-verbs").await;
+    let uid = rig.pod("train", Some("lambda")).await;
+    say(&rig.runner(&uid).await, &["hello"]).await;
+    let ns = rig.ctx.namespace.clone();
+    let logs = rig.kubelet_url(&format!("/containerLogs/{ns}/train/main"));
+    let exec = format!("/exec/{ns}/train/main?command=true&output=1");
+    let attach = format!("/attach/{ns}/train/main?output=1");
+    let forward = format!("/portForward/{ns}/train");
+    let streams = [
+        (exec.as_str(), "v4.channel.k8s.io"),
+        (attach.as_str(), "v4.channel.k8s.io"),
+        (forward.as_str(), "portforward.k8s.io"),
+    ];
+
+    // A monitoring account: `get nodes/proxy`, as many hold it.
+    let monitor = service_account_token(&rig.ctx, "monitor").await;
+    allow_node_proxy(&rig, "monitor", &["get"]).await;
+    let reads = once_status(
+        async || {
+            let response = rig.direct(None).get(&logs).bearer_auth(&monitor).send();
+            response.await.unwrap().status().as_u16()
+        },
+        200,
+    )
+    .await;
+    assert_eq!(reads, 200, "get nodes/proxy reads the log");
+    for (path, protocol) in streams {
+        for method in [reqwest::Method::GET, reqwest::Method::POST] {
+            let (status, body) = open_stream(&rig, &monitor, method.clone(), path, protocol).await;
+            assert_eq!(status, 403, "{method} {path}: {body}");
+            assert!(
+                body.contains("verb=create") && body.contains("subresource=proxy"),
+                "{body}"
+            );
+        }
+    }
+
+    // An operator: `create nodes/proxy` opens them, whatever the method.
+    let operator = service_account_token(&rig.ctx, "operator").await;
+    allow_node_proxy(&rig, "operator", &["create"]).await;
+    for (path, protocol) in streams {
+        for method in [reqwest::Method::GET, reqwest::Method::POST] {
+            let status = once_status(
+                async || {
+                    let method = method.clone();
+                    open_stream(&rig, &operator, method, path, protocol).await.0
+                },
+                101,
+            )
+            .await;
+            assert_eq!(status, 101, "{method} {path} with create nodes/proxy");
+        }
+    }
+}

@@ -190,6 +190,7 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
         },
         gpu_prices: [(PRODUCT.to_owned(), 0.05)].into_iter().collect(),
         surcharge_per_hour: 0.0,
+        allow_insecure_skip_tls_verify: false,
     };
     let kube = Arc::new(KubeTarget::start(vec![(cluster, remote_client.clone())]));
     // The provider's watches have seen the settled cluster once its GPUs are offered.
@@ -617,11 +618,15 @@ async fn the_node_process_runs_a_pod_remotely_with_logs_exec_and_port_forward() 
     kwok.write_log("2026-12-04T10:00:05.000000001Z", "step 20 loss 0.75")
         .unwrap();
 
+    // A kubeconfig file with its certificates inline: the node refuses file paths in one.
+    let kubeconfig = second.dir().join("inline-admin.kubeconfig");
+    let inline = second.inline_kubeconfig_as("remote-admin", &["system:masters"]);
+    std::fs::write(&kubeconfig, inline.unwrap()).unwrap();
     let clusters = format!(
         "remoteClusters:\n\
          - {{name: gpu-west, namespace: {REMOTE_NS}, kubeconfig: {{path: {kubeconfig}}}, \
              gpuPrices: {{{PRODUCT}: 0.5}}}}\n",
-        kubeconfig = second.admin_kubeconfig().display(),
+        kubeconfig = kubeconfig.display(),
     );
     let process = NodeProcess::start(&ctx, "rlogs", &clusters);
     let node = process.node.clone();
@@ -807,7 +812,9 @@ async fn the_node_process_sends_work_to_an_nvke_cluster_once_provisioned_and_rep
     let sim = NvkeSim::start("jwt-one").await.unwrap();
     sim.add_cluster("wc-gpu", "gpu-east", Duration::from_secs(8));
     let secrets: Api<Secret> = ctx.namespaced();
-    let kubeconfig = std::fs::read_to_string(second.admin_kubeconfig()).unwrap();
+    let kubeconfig = second
+        .inline_kubeconfig_as("nvke-admin", &["system:masters"])
+        .unwrap();
     for (name, key, value) in [
         ("wc-gpu", "kubeconfig", kubeconfig.as_str()),
         ("nvke-token", "token", "jwt-one"),
@@ -820,10 +827,13 @@ async fn the_node_process_sends_work_to_an_nvke_cluster_once_provisioned_and_rep
             .await
             .unwrap();
     }
+    let ca_file = second.dir().join("nvke-ca.pem");
+    std::fs::write(&ca_file, sim.ca_pem()).unwrap();
     let nvke = format!(
-        "nvke: {{url: {url}, tokenSecret: nvke-token, namespace: {REMOTE_NS}, \
+        "nvke: {{url: {url}, caFile: {ca}, tokenSecret: nvke-token, namespace: {REMOTE_NS}, \
          gpuPrices: {{{PRODUCT}: 0.9}}, intervalSeconds: 1}}\n",
         url = sim.base_url(),
+        ca = ca_file.display(),
     );
     let process = NodeProcess::start(&ctx, "rnvke", &nvke);
     let pods: Api<Pod> = ctx.namespaced();

@@ -177,6 +177,16 @@ impl ControlPlane {
         kubeconfig::write(&path, &self.spec_for(&self.api_url, Some(cert)))
     }
 
+    /// A kubeconfig (YAML) for a certificate identity `user` in `groups` with every certificate
+    /// inline, as a remote cluster's kubeconfig Secret holds it (the node refuses file paths).
+    pub fn inline_kubeconfig_as(&self, user: &str, groups: &[&str]) -> Result<String, Error> {
+        kubeconfig::inline(
+            &self.api_url,
+            &self.ca_pem(),
+            &self.pki.client(user, groups)?,
+        )
+    }
+
     /// A client certificate for `user` in `groups` from this control plane's CA, for calling
     /// servers that trust [`Self::ca_pem`] directly (a node's kubelet API, for example).
     pub fn client_cert(&self, user: &str, groups: &[&str]) -> Result<CertPair, Error> {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::Error;
+use crate::pki::CertPair;
 
 /// Where a kubeconfig points and who it authenticates as.
 #[derive(Debug, Clone)]
@@ -47,6 +48,31 @@ pub fn write(path: &Path, spec: &KubeconfigSpec) -> Result<PathBuf, Error> {
     })?;
     std::fs::write(path, yaml).map_err(|e| Error::io(format!("write {}", path.display()), e))?;
     Ok(path.to_owned())
+}
+
+/// A kubeconfig whose CA and client certificate are inline (`certificate-authority-data`,
+/// `client-certificate-data`, `client-key-data`), as a remote cluster's Secret must hold it.
+pub fn inline(server: &str, ca_pem: &str, client: &CertPair) -> Result<String, Error> {
+    use base64::Engine as _;
+    let b64 = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem.as_bytes());
+    let doc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "testenv", "cluster": {
+            "server": server,
+            "certificate-authority-data": b64(ca_pem),
+        }}],
+        "users": [{"name": "testenv", "user": {
+            "client-certificate-data": b64(&client.cert_pem),
+            "client-key-data": b64(&client.key_pem),
+        }}],
+        "contexts": [{"name": "testenv", "context": {"cluster": "testenv", "user": "testenv"}}],
+        "current-context": "testenv",
+    });
+    serde_yaml::to_string(&doc).map_err(|e| Error::Kubeconfig {
+        path: PathBuf::from("(inline)"),
+        message: e.to_string(),
+    })
 }
 
 /// A kube-rs client for the kubeconfig at `path`. Must be called inside a Tokio runtime, and the

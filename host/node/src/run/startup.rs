@@ -52,15 +52,22 @@ pub async fn remote_clusters(cfg: &RunConfig, client: &Client) -> anyhow::Result
     for (i, cluster) in cfg.remote_clusters.iter().enumerate() {
         let at = format!("remoteClusters[{i}].kubeconfig");
         let source = &cluster.kubeconfig;
-        let yaml = match (&source.path, source.secret_ref(&own_namespace)) {
-            (Some(path), _) => std::fs::read_to_string(path)
-                .with_context(|| format!("{at}.path: cannot read {}", path.display()))?,
-            (None, Some((namespace, name, key))) => secret_text(client, namespace, name, key)
-                .await
-                .map_err(|e| anyhow::anyhow!("{at}.secret: {e}"))?,
+        let (yaml, origin) = match (&source.path, source.secret_ref(&own_namespace)) {
+            (Some(path), _) => (
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("{at}.path: cannot read {}", path.display()))?,
+                format!("file {}", path.display()),
+            ),
+            (None, Some((namespace, name, key))) => (
+                secret_text(client, namespace, name, key)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{at}.secret: {e}"))?,
+                format!("Secret {namespace}/{name} key {key:?}"),
+            ),
             (None, None) => anyhow::bail!("{at}: give a secret or a path"),
         };
-        let remote = client_from_kubeconfig(&yaml)
+        let allow_insecure = cluster.allow_insecure_skip_tls_verify;
+        let remote = client_from_kubeconfig(&yaml, &origin, allow_insecure)
             .await
             .map_err(|e| anyhow::anyhow!("{at} ({}): {e}", cluster.name))?;
         clusters.push((cluster.clone(), remote));
@@ -68,7 +75,7 @@ pub async fn remote_clusters(cfg: &RunConfig, client: &Client) -> anyhow::Result
     let target = Arc::new(KubeTarget::start(clusters));
     if let Some(nvke) = &cfg.nvke {
         tracing::info!(url = %nvke.url, "discovering NVKE workload clusters");
-        discover(&target, nvke.clone(), client.clone(), own_namespace);
+        discover(&target, nvke.clone(), client.clone(), own_namespace)?;
     }
     tracing::info!(clusters = ?target.cluster_names(), "renting on remote clusters (provider kube)");
     Ok(target)

@@ -160,9 +160,11 @@ impl LogBuffer {
 
     fn initial(&self, options: &LogOptions) -> Initial {
         let ring = self.ring.lock();
-        let since = options
-            .since_seconds
-            .map(|s| Utc::now() - chrono::Duration::seconds(s.min(i64::MAX as u64) as i64));
+        // A start before the earliest time chrono knows keeps every line.
+        let since = options.since_seconds.and_then(|s| {
+            let back = chrono::Duration::try_seconds(i64::try_from(s).ok()?)?;
+            Utc::now().checked_sub_signed(back)
+        });
         let mut lines: Vec<LogLine> = ring
             .lines
             .iter()

@@ -66,6 +66,19 @@ async fn since_seconds_drops_older_lines() {
 }
 
 #[tokio::test]
+async fn a_since_before_any_time_keeps_every_line() {
+    for since in [u64::MAX, i64::MAX as u64, 1 << 40] {
+        let log = Arc::new(LogBuffer::new(LogLimits::default()));
+        log.append(record("kept", LogStream::Stdout));
+        let options = LogOptions {
+            since_seconds: Some(since),
+            ..LogOptions::default()
+        };
+        assert_eq!(text(&log, options).await, "kept\n", "{since}");
+    }
+}
+
+#[tokio::test]
 async fn timestamps_prefix_rfc3339_nanos_and_a_space() {
     let log = Arc::new(LogBuffer::new(LogLimits::default()));
     let mut line = record("x", LogStream::Stdout);

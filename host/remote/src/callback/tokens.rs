@@ -81,13 +81,9 @@ pub enum TokenError {
     },
 }
 
-/// `a == b` in time that depends only on the lengths.
+/// `a == b` in time that depends only on the lengths (subtle's `ConstantTimeEq`).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
+    subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 
 /// Checks that `value` can be a SPIFFE path segment or trust domain.

@@ -2,16 +2,18 @@
 //! `--authorization-mode=Webhook`): the caller is the user of a client certificate that chained to
 //! the client CA during the handshake, or of a bearer token the API server accepts in a
 //! TokenReview; the user may then do what a SubjectAccessReview allows on the node's `proxy`
-//! subresource (the kubelet's mapping for `/containerLogs`). Positive answers of both reviews are
-//! cached for a short time so that the bursts of `kubectl logs -f` do not hammer the API server.
+//! subresource (the kubelet's mapping for `/containerLogs`), `create` on it for the streaming
+//! endpoints whatever the method ([`proxy_verb`]). Answers are cached for a short time so that
+//! bursts of `kubectl logs -f` (or of a caller with a bad token) do not hammer the API server:
+//! accepted tokens and allowed users for the configured TTL, refused tokens for a few seconds,
+//! denials not at all; each cache is bounded in size.
 //!
 //! Not TLS (the handshake verified the certificate) and not the reviews' transport: the API
 //! server's answers come through [`AccessReview`], which [`KubeAccessReview`] implements.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::http::{Method, StatusCode};
@@ -21,11 +23,9 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Api;
 use kube::api::PostParams;
-use parking_lot::Mutex;
+use moka::Expiry;
+use moka::future::Cache;
 use sha2::{Digest, Sha256};
-
-/// The most entries a cache holds; beyond it, expired entries go, then all.
-const MAX_CACHED: usize = 4096;
 
 /// A caller the API server knows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -226,13 +226,61 @@ pub(crate) fn verb(method: &Method) -> &'static str {
     }
 }
 
+/// The paths whose first segment opens a stream into a Pod (a command, its terminal, its
+/// ports): `exec`, `attach`, `portForward`, and the kubelet's `run`, should it ever be served.
+const STREAMING: &[&str] = &["exec", "attach", "portForward", "run"];
+
+/// The verb a request on `nodes/proxy` needs: `create` for a streaming path whatever the HTTP
+/// method (the API server sends exec and port-forward as GET or POST, and a GET must not be
+/// enough to run a command), otherwise the method's verb. Stricter than the kubelet, which lets
+/// `get nodes/proxy` (held by many monitoring ServiceAccounts) exec with a GET.
+pub(crate) fn proxy_verb(method: &Method, path: &str) -> &'static str {
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    if STREAMING.contains(&first) {
+        "create"
+    } else {
+        verb(method)
+    }
+}
+
+/// The most entries each cache holds; beyond it the least used go.
+const MAX_CACHED: u64 = 4096;
+
+/// How long a token the API server refused is remembered (at most the configured TTL): long
+/// enough that a flood of one bad token costs one TokenReview a few seconds, short enough that
+/// a token just issued is not refused for long.
+const NEGATIVE_TTL: Duration = Duration::from_secs(5);
+
+/// The lifetime of a TokenReview answer: `positive` for a user, `negative` for a refusal.
+struct AnswerExpiry {
+    positive: Duration,
+    negative: Duration,
+}
+
+impl Expiry<[u8; 32], Option<UserInfo>> for AnswerExpiry {
+    fn expire_after_create(
+        &self,
+        _token_hash: &[u8; 32],
+        answer: &Option<UserInfo>,
+        _created_at: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(if answer.is_some() {
+            self.positive
+        } else {
+            self.negative
+        })
+    }
+}
+
 /// Authenticates and authorizes requests to one node, with short-lived caches of what the API
-/// server accepted.
+/// server answered. Tokens are cached by their SHA-256, never as themselves.
 pub(crate) struct Gate {
     reviews: Arc<dyn AccessReview>,
     node: String,
-    tokens: TtlCache<[u8; 32], UserInfo>,
-    allowed: TtlCache<(UserInfo, &'static str, &'static str), ()>,
+    /// TokenReview answers by token hash: a user for the TTL, a refusal for [`NEGATIVE_TTL`].
+    tokens: Cache<[u8; 32], Option<UserInfo>>,
+    /// Allowed (user, verb, subresource); denials are not cached.
+    allowed: Cache<(UserInfo, &'static str, &'static str), ()>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -244,17 +292,29 @@ impl std::fmt::Debug for Gate {
 }
 
 impl Gate {
+    /// A gate for `node` whose caches keep answers for `ttl` (refusals of tokens for at most
+    /// [`NEGATIVE_TTL`]); a zero `ttl` keeps nothing.
     pub(crate) fn new(reviews: Arc<dyn AccessReview>, node: String, ttl: Duration) -> Self {
+        let expiry = AnswerExpiry {
+            positive: ttl,
+            negative: ttl.min(NEGATIVE_TTL),
+        };
         Self {
             reviews,
             node,
-            tokens: TtlCache::new(ttl),
-            allowed: TtlCache::new(ttl),
+            tokens: Cache::builder()
+                .max_capacity(MAX_CACHED)
+                .expire_after(expiry)
+                .build(),
+            allowed: Cache::builder()
+                .max_capacity(MAX_CACHED)
+                .time_to_live(ttl.max(Duration::from_nanos(1)))
+                .build(),
         }
     }
 
     /// The caller: the certificate's user if the handshake verified one, else the bearer
-    /// token's.
+    /// token's. Concurrent requests with the same token wait for one TokenReview.
     pub(crate) async fn authenticate(
         &self,
         certificate: Option<&UserInfo>,
@@ -267,20 +327,16 @@ impl Gate {
             .filter(|t| !t.is_empty())
             .ok_or(Refusal::Unauthenticated)?;
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(user) = self.tokens.get(&key) {
-            return Ok(user);
-        }
-        let user = self
-            .reviews
-            .review_token(token)
-            .await?
-            .ok_or(Refusal::Unauthenticated)?;
-        self.tokens.insert(key, user.clone());
-        Ok(user)
+        let answer = self
+            .tokens
+            .try_get_with(key, self.reviews.review_token(token))
+            .await
+            .map_err(|e| Refusal::Review((*e).clone()))?;
+        answer.ok_or(Refusal::Unauthenticated)
     }
 
-    /// Whether `user` may `verb` this node's `subresource` (`proxy` for logs, `stats` for
-    /// `/stats/*`, `metrics` for `/metrics/*`, as the kubelet maps its paths).
+    /// Whether `user` may `verb` this node's `subresource` (`proxy` for logs and streams,
+    /// `stats` for `/stats/*`, `metrics` for `/metrics/*`, as the kubelet maps its paths).
     pub(crate) async fn authorize(
         &self,
         user: &UserInfo,
@@ -288,7 +344,7 @@ impl Gate {
         subresource: &'static str,
     ) -> Result<(), Refusal> {
         let key = (user.clone(), verb, subresource);
-        if self.allowed.get(&key).is_some() {
+        if self.allowed.get(&key).await.is_some() {
             return Ok(());
         }
         let decision = self
@@ -304,44 +360,8 @@ impl Gate {
                 reason: decision.reason,
             });
         }
-        self.allowed.insert(key, ());
+        self.allowed.insert(key, ()).await;
         Ok(())
-    }
-}
-
-/// A map whose entries expire `ttl` after they were inserted.
-pub(crate) struct TtlCache<K, V> {
-    ttl: Duration,
-    entries: Mutex<HashMap<K, (V, Instant)>>,
-}
-
-impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
-    pub(crate) fn new(ttl: Duration) -> Self {
-        Self {
-            ttl,
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The value, if inserted less than `ttl` ago.
-    pub(crate) fn get(&self, key: &K) -> Option<V> {
-        let entries = self.entries.lock();
-        let (value, at) = entries.get(key)?;
-        (at.elapsed() < self.ttl).then(|| value.clone())
-    }
-
-    pub(crate) fn insert(&self, key: K, value: V) {
-        if self.ttl.is_zero() {
-            return;
-        }
-        let mut entries = self.entries.lock();
-        if entries.len() >= MAX_CACHED {
-            entries.retain(|_, (_, at)| at.elapsed() < self.ttl);
-            if entries.len() >= MAX_CACHED {
-                entries.clear();
-            }
-        }
-        entries.insert(key, (value, Instant::now()));
     }
 }
 

@@ -8,7 +8,8 @@
 //! Callers authenticate as a kubelet's do: with a client certificate that chains to
 //! [`KubeletConfig::client_ca_pem`] (the API server's `--kubelet-client-certificate`), or with a
 //! bearer token the API server accepts in a TokenReview. They are then authorized by a
-//! SubjectAccessReview for the node's `proxy` subresource. Logs come from a [`LogSource`];
+//! SubjectAccessReview for the node's `proxy` subresource: the HTTP method's verb for logs,
+//! `create` for `/exec`, `/attach` and `/portForward` whatever the method. Logs come from a [`LogSource`];
 //! [`CallbackLogSource`] reads those the runner callback holds.
 //!
 //! ```no_run
@@ -74,7 +75,8 @@ pub struct KubeletConfig {
     /// it only bearer tokens authenticate.
     pub client_ca_pem: Option<String>,
     /// How long accepted tokens and allowed users are remembered (30 s by default; zero turns
-    /// the caches off).
+    /// the caches off). Refused tokens are remembered for this long but at most 5 s; denials
+    /// are not remembered.
     pub auth_cache_ttl: Duration,
 }
 

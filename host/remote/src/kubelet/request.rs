@@ -1,7 +1,9 @@
 //! What a `/containerLogs` request asks for: the Pod and container from the path, and the
 //! kubelet's query parameters (`follow`, `tailLines`, `limitBytes`, `sinceSeconds`, `sinceTime`,
 //! `timestamps`, `previous`, `stream`) as [`LogOptions`](crate::callback::LogOptions), validated as the kubelet validates
-//! `PodLogOptions`. Parameters it does not know are ignored, as the kubelet does.
+//! `PodLogOptions`, and every number also against an upper bound (the kubelet has none), so that
+//! no value can overflow where it is used. Parameters it does not know are ignored, as the
+//! kubelet does.
 //!
 //! Not HTTP: the server turns a [`RequestError`] into a 400 (or a 404 for an unknown path).
 
@@ -80,7 +82,7 @@ pub fn parse_query(
             .map(|(_, v)| v.as_str())
     };
     let since_seconds = get("sinceSeconds")
-        .map(|v| int("sinceSeconds", v, 1))
+        .map(|v| int("sinceSeconds", v, &SINCE_SECONDS))
         .transpose()?;
     let since_time = get("sinceTime").map(|v| time(v, now)).transpose()?;
     if let (Some(_), Some(value)) = (since_seconds, get("sinceTime")) {
@@ -105,11 +107,11 @@ pub fn parse_query(
     Ok(LogOptions {
         follow: flag(get("follow"), "follow")?,
         tail_lines: get("tailLines")
-            .map(|v| int("tailLines", v, 0))
+            .map(|v| int("tailLines", v, &TAIL_LINES))
             .transpose()?
             .map(to_usize),
         limit_bytes: get("limitBytes")
-            .map(|v| int("limitBytes", v, 1))
+            .map(|v| int("limitBytes", v, &LIMIT_BYTES))
             .transpose()?
             .map(to_usize),
         since_seconds: since_seconds.or(since_time),
@@ -135,18 +137,46 @@ fn boolean(param: &'static str, value: &str) -> Result<bool, RequestError> {
     }
 }
 
-fn int(param: &'static str, value: &str, min: u64) -> Result<u64, RequestError> {
+/// The range of a numeric query parameter, its bounds inclusive.
+struct Range {
+    min: u64,
+    max: u64,
+    /// What the error says when the value is outside it.
+    reason: &'static str,
+}
+
+/// `sinceSeconds`: at least a second, at most a hundred years, so that `now - sinceSeconds` is a
+/// time.
+const SINCE_SECONDS: Range = Range {
+    min: 1,
+    max: 100 * 365 * 24 * 3600,
+    reason: "must be between 1 and 3153600000 (a hundred years)",
+};
+/// `tailLines`: any count a log could hold.
+const TAIL_LINES: Range = Range {
+    min: 0,
+    max: 1 << 40,
+    reason: "must be between 0 and 1099511627776",
+};
+/// `limitBytes`: at least a byte, at most a tebibyte.
+const LIMIT_BYTES: Range = Range {
+    min: 1,
+    max: 1 << 40,
+    reason: "must be between 1 and 1099511627776",
+};
+
+/// A decimal integer within `range`, else an error naming `param` and `value`.
+fn int(param: &'static str, value: &str, range: &Range) -> Result<u64, RequestError> {
     let invalid = |reason| RequestError::Invalid {
         param,
         value: value.to_owned(),
         reason,
     };
-    let n: i64 = value.parse().map_err(|_| invalid("must be an integer"))?;
-    match u64::try_from(n) {
-        Ok(n) if n >= min => Ok(n),
-        _ if min == 0 => Err(invalid("must be greater than or equal to 0")),
-        _ => Err(invalid("must be greater than 0")),
-    }
+    let n: i128 = value.parse().map_err(|_| invalid("must be an integer"))?;
+    u64::try_from(n)
+        .ok()
+        .filter(|n| (range.min..=range.max).contains(n))
+        .ok_or_else(|| invalid(range.reason))
 }
 
 fn to_usize(n: u64) -> usize {

@@ -104,10 +104,10 @@ fn bad_values_are_refused_naming_the_parameter_and_the_value() {
     let cases: &[(&str, &str, &str)] = &[
         ("follow", "yes", "must be true or false"),
         ("timestamps", "maybe", "must be true or false"),
-        ("tailLines", "-1", "greater than or equal to 0"),
+        ("tailLines", "-1", "between 0 and"),
         ("tailLines", "ten", "must be an integer"),
-        ("limitBytes", "0", "greater than 0"),
-        ("sinceSeconds", "0", "greater than 0"),
+        ("limitBytes", "0", "between 1 and"),
+        ("sinceSeconds", "0", "between 1 and"),
         ("sinceSeconds", "1.5", "must be an integer"),
         ("sinceTime", "yesterday", "RFC 3339"),
         ("stream", "Both", "All, Stdout or Stderr"),
@@ -120,6 +120,29 @@ fn bad_values_are_refused_naming_the_parameter_and_the_value() {
         );
         assert!(message.contains(reason), "{param}={value}: {message}");
     }
+}
+
+#[test]
+fn numbers_out_of_range_are_refused_naming_the_parameter_and_the_value() {
+    let max = i64::MAX.to_string();
+    let min = i64::MIN.to_string();
+    let huge = "99999999999999999999999999999999999999999";
+    for param in ["sinceSeconds", "tailLines", "limitBytes"] {
+        for value in [max.as_str(), min.as_str(), "-1", huge, "12abc", "", "0x10"] {
+            let message = refused(&[(param, value)]);
+            assert!(
+                message.contains(param) && message.contains(&format!("{value:?}")),
+                "{param}={value}: {message}"
+            );
+        }
+    }
+    let opts = query(&[
+        ("sinceSeconds", "3153600000"),
+        ("tailLines", "1099511627776"),
+        ("limitBytes", "1099511627776"),
+    ])
+    .expect("the largest values are taken");
+    assert_eq!(opts.since_seconds, Some(3_153_600_000));
 }
 
 #[test]

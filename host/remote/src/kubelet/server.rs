@@ -3,7 +3,8 @@
 //! follower gets each line as it arrives. Every other path is a 404 (after authorization, as on a
 //! kubelet). Errors are plain text, which the API server hands on to `kubectl logs`.
 //!
-//! `/exec`, `/attach` and `/portForward` upgrade to SPDY and are served by [`super::streams`].
+//! `/exec`, `/attach` and `/portForward` upgrade to SPDY and are served by [`super::streams`];
+//! they need `create` on `nodes/proxy` whatever the HTTP method ([`proxy_verb`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,7 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::auth::{AccessReview, Gate, Refusal, UserInfo, verb};
+use super::auth::{AccessReview, Gate, Refusal, UserInfo, proxy_verb, verb};
 use super::request::{RequestError, parse_path, parse_query};
 use super::source::LogSource;
 use super::spdy::Connection;
@@ -189,7 +190,9 @@ async fn container_logs(
         request.uri().clone(),
         request.headers().clone(),
     );
-    let user = match app.admit(&peer, &method, &headers, "proxy").await {
+    // A stream into a Pod needs `create`, whatever the method; logs need the method's verb.
+    let needed = proxy_verb(&method, uri.path());
+    let user = match app.admit(&peer, needed, &headers, "proxy").await {
         Ok(user) => user,
         Err(refusal) => {
             tracing::debug!(peer = %peer.addr, path = uri.path(), %refusal, "kubelet: refused");
@@ -248,7 +251,7 @@ async fn usage_response(
     subresource: &'static str,
     render: impl FnOnce(&App) -> (&'static str, String),
 ) -> Response {
-    if let Err(refusal) = app.admit(peer, method, headers, subresource).await {
+    if let Err(refusal) = app.admit(peer, verb(method), headers, subresource).await {
         return text(refusal.status(), refusal.to_string());
     }
     let (content_type, body) = render(app);
@@ -260,11 +263,11 @@ async fn usage_response(
 }
 
 impl App {
-    /// The caller, if authenticated and allowed to use this node's kubelet API.
+    /// The caller, if authenticated and allowed to `verb` this node's `subresource`.
     async fn admit(
         &self,
         peer: &Peer,
-        method: &Method,
+        verb: &'static str,
         headers: &HeaderMap,
         subresource: &'static str,
     ) -> Result<UserInfo, Refusal> {
@@ -276,9 +279,7 @@ impl App {
             .gate
             .authenticate(peer.certificate.as_ref(), bearer)
             .await?;
-        self.gate
-            .authorize(&user, verb(method), subresource)
-            .await?;
+        self.gate.authorize(&user, verb, subresource).await?;
         Ok(user)
     }
 
