@@ -14,7 +14,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
 .PHONY: help verify fmt fmt-check clippy test test-unit test-integration testenv bench \
-        policies manifests run-local image docker-build fuzz fuzz-smoke replay
+        policies manifests run-local image docker-build fuzz fuzz-smoke replay flaky
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -31,15 +31,36 @@ clippy: ## clippy on every crate and target, warnings are errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # `cargo test --workspace` also builds target/debug/neocloud-runner (the runner crate has
-# integration tests), which the node's VM runner tests start.
+# integration tests), which the node's VM runner tests start. --no-fail-fast: a failing test
+# binary does not keep the others from running, so one run reports every failure.
 test: testenv policies ## every test: unit, provider and integration (starts a real control plane)
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace --no-fail-fast
 
 test-unit: ## library unit tests only (no control plane)
-	$(CARGO) test --workspace --lib
+	$(CARGO) test --workspace --lib --no-fail-fast
 
 test-integration: testenv ## integration tests against the real control plane
-	$(CARGO) test -p neocloud-testenv -p neocloud-runner -p neocloud-node --tests
+	$(CARGO) test -p neocloud-testenv -p neocloud-runner -p neocloud-node --tests --no-fail-fast
+
+# One build, then the chosen tests N times; every run's outcome is counted and the failed runs'
+# output is kept, so a flaky test shows how often it fails and why. STOP=1 stops at the first
+# failure.
+TEST ?=
+N ?= 5
+STOP ?=
+flaky: ## run the tests TEST selects (cargo test arguments) N times (5) and count the failures
+	@if [ -z "$(TEST)" ]; then echo "make flaky: set TEST, e.g. TEST='-p neocloud-node --test remote_cluster'" >&2; exit 2; fi
+	$(CARGO) test --no-run $(TEST)
+	@rm -rf target/flaky; mkdir -p target/flaky; failed=0; runs=0; \
+	for i in $$(seq 1 $(N)); do \
+	  runs=$$i; log=target/flaky/run-$$i.log; \
+	  if $(CARGO) test $(TEST) >"$$log" 2>&1; then echo "flaky: run $$i/$(N) passed"; \
+	  else failed=$$((failed + 1)); echo "flaky: run $$i/$(N) FAILED (output in $$log)"; \
+	    grep -E '^(test .* FAILED|thread .* panicked)' "$$log" | head -n 20 || true; \
+	    if [ -n "$(STOP)" ]; then break; fi; fi; \
+	done; \
+	echo "flaky: $$failed of $$runs runs failed: $(TEST)"; \
+	[ "$$failed" -eq 0 ]
 
 testenv: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, the kubelet and kube-proxy, the OCI registry, the OpenTelemetry Collector, KWOK and helm (cached)
 	bash hack/testenv/build.sh >/dev/null

@@ -65,6 +65,17 @@ async fn remote_cluster(second: &ControlPlane) -> (Client, Kwok) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(remote_free_nodes(&client).await, 2, "{}", kwok.log_tail(40));
+    // KWOK made them Ready keeping what they were made with: gpu-node-2 still takes no Pod.
+    let full = Api::<Node>::all(client.clone())
+        .get("gpu-node-2")
+        .await
+        .unwrap();
+    let allocatable = full.status.and_then(|s| s.allocatable).unwrap_or_default();
+    assert_eq!(
+        allocatable.get("pods").map(|q| q.0.as_str()),
+        Some("0"),
+        "{allocatable:?}"
+    );
     (client, kwok)
 }
 
@@ -509,6 +520,19 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
 
     // The remote API gone: the Pod running there stays Running, and new Pods go to a cloud.
     second.stop();
+    // Once the node's watches have seen it go (they may hold the last listing for seconds after
+    // the API server stopped), the cluster offers nothing. A Pod planned before then is planned
+    // on the cluster, and the default fallback waits out kube's back-off on that same offer.
+    for _ in 0..300 {
+        if kube_provider
+            .list_offers(&query())
+            .await
+            .is_ok_and(|o| o.is_empty())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     create_pod(&world, "job-f", "Never").await;
     world
         .wait_pod("job-f", "Running", |p| phase(p) == Some("Running"))

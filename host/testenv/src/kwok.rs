@@ -185,7 +185,8 @@ pub async fn fake_gpu_node(
 ) -> Result<Node, kube::Error> {
     let (key, value) = NODE_ANNOTATION;
     let metadata = json!({"name": name, "labels": labels, "annotations": {key: value}});
-    // KWOK keeps what is here when it makes the node Ready, and this merge keeps what KWOK wrote.
+    // Created with it: every version of the node KWOK sees carries this allocatable, so its
+    // Ready stage writes it back rather than its default (see `create_with_status`).
     let status = json!({"capacity": allocatable, "allocatable": allocatable});
     crate::nodes::create_with_status(client, metadata, status).await
 }

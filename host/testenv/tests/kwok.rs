@@ -206,3 +206,85 @@ async fn kwok_runs_pods_on_a_fake_gpu_node_ends_them_with_exit_codes_and_serves_
     })
     .await;
 }
+
+/// The condition the scheduler put on a Pod it could not place: its message, once there is one.
+fn unschedulable(p: &Pod) -> Option<String> {
+    let conditions = p.status.as_ref()?.conditions.as_ref()?;
+    let c = conditions
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))?;
+    Some(c.message.clone().unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fake_gpu_nodes_that_take_no_pod_keep_it_so_once_kwok_makes_them_ready() {
+    let cp = ControlPlane::start(Options::default()).await.unwrap();
+    let client = cp.client().await.unwrap();
+    let kwok = Kwok::start(&cp).await.unwrap_or_else(|e| panic!("{e}"));
+    // Many at once, as a test makes its remote cluster's nodes: each is a chance for KWOK's
+    // first Ready status to be rendered from the node before its allocatable was in it.
+    let names: Vec<String> = (0..12).map(|i| format!("full-{i:02}")).collect();
+    let labels = json!({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.count": "1"});
+    let allocatable = json!({"nvidia.com/gpu": "1", "cpu": "64", "memory": "512Gi", "pods": "0"});
+    let created = futures::future::join_all(
+        names
+            .iter()
+            .map(|n| fake_gpu_node(&client, n, labels.clone(), allocatable.clone())),
+    )
+    .await;
+    for node in created {
+        node.unwrap();
+    }
+
+    // Ready and untainted: the node lifecycle controller has seen each Ready.
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait("every node Ready and untainted", &kwok, async || {
+        let list = nodes.list(&Default::default()).await.ok()?;
+        let settled = list.items.iter().filter(|n| {
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let tainted = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| !t.is_empty());
+            ready && !tainted
+        });
+        (settled.count() == names.len()).then_some(())
+    })
+    .await;
+
+    // A GPU Pod finds a free GPU on every node and room on none: the scheduler refuses it.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    wait("the default ServiceAccount", &kwok, async || {
+        accounts.get_opt("default").await.ok()?.map(|_| ())
+    })
+    .await;
+    pod(&client, "refused", "registry.invalid/cuda:12").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let said = wait("the Pod refused for every node", &kwok, async || {
+        let p = pods.get("refused").await.ok()?;
+        let bound = p.spec.as_ref().and_then(|s| s.node_name.clone());
+        assert_eq!(
+            bound, None,
+            "the Pod was placed on a node that takes no Pod"
+        );
+        unschedulable(&p).filter(|m| m.contains(&format!("{} Too many pods", names.len())))
+    })
+    .await;
+    eprintln!("the scheduler: {said}");
+
+    // What KWOK wrote last is what the test gave each node.
+    for node in nodes.list(&Default::default()).await.unwrap().items {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let allocatable = node.status.and_then(|s| s.allocatable).unwrap_or_default();
+        let pods = allocatable.get("pods").map(|q| q.0.as_str());
+        assert_eq!(pods, Some("0"), "node {name}: {allocatable:?}");
+    }
+    let p = pods.get("refused").await.unwrap();
+    assert_eq!(p.spec.and_then(|s| s.node_name), None);
+}
