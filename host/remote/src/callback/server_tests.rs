@@ -52,8 +52,8 @@ fn workload(name: &str) -> Workload {
 async fn a_session_reaches_only_its_own_binding() {
     let (server, mut events) = start(config()).await;
     let handle = server.handle();
-    let token_a = handle.register("uid-a", workload("a")).expect("a");
-    handle.register("uid-b", workload("b")).expect("b");
+    let token_a = handle.register("uid-a", 1, workload("a")).expect("a");
+    handle.register("uid-b", 1, workload("b")).expect("b");
     let a = client(&server);
     let spiffe = a.exchange(&token_a).await.expect("exchange");
     assert_eq!(spiffe, "spiffe://neocloud.local/neocloud/binding/uid-a");
@@ -74,7 +74,7 @@ async fn a_session_reaches_only_its_own_binding() {
 async fn a_session_of_an_unregistered_binding_is_refused() {
     let (server, _events) = start(config()).await;
     let handle = server.handle();
-    let token = handle.register("uid-a", workload("a")).expect("a");
+    let token = handle.register("uid-a", 1, workload("a")).expect("a");
     let a = client(&server);
     a.exchange(&token).await.expect("exchange");
     handle.unregister("uid-a");
@@ -134,7 +134,10 @@ async fn requests_are_rate_limited_per_binding() {
     };
     let (server, _events) = start(config).await;
     let a = client(&server);
-    let token = server.handle().register("uid-a", workload("a")).expect("a");
+    let token = server
+        .handle()
+        .register("uid-a", 1, workload("a"))
+        .expect("a");
     a.exchange(&token).await.expect("exchange");
     a.heartbeat(None).await.expect("1");
     a.heartbeat(None).await.expect("2");
@@ -146,8 +149,10 @@ async fn requests_are_rate_limited_per_binding() {
 async fn silent_runner_is_reported_lost_once_and_only_after_authenticating() {
     let (server, mut events) = start(config()).await;
     let handle = server.handle();
-    let token = handle.register("uid-a", workload("a")).expect("a");
-    handle.register("never-started", workload("b")).expect("b");
+    let token = handle.register("uid-a", 1, workload("a")).expect("a");
+    handle
+        .register("never-started", 1, workload("b"))
+        .expect("b");
     client(&server).exchange(&token).await.expect("exchange");
     let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
         .await
@@ -162,7 +167,10 @@ async fn silent_runner_is_reported_lost_once_and_only_after_authenticating() {
 #[tokio::test]
 async fn heartbeats_keep_a_runner_alive() {
     let (server, mut events) = start(config()).await;
-    let token = server.handle().register("uid-a", workload("a")).expect("a");
+    let token = server
+        .handle()
+        .register("uid-a", 1, workload("a"))
+        .expect("a");
     let a = client(&server);
     a.exchange(&token).await.expect("exchange");
     for _ in 0..8 {
@@ -176,7 +184,7 @@ async fn heartbeats_keep_a_runner_alive() {
 async fn logs_are_appended_from_ndjson_and_bad_records_refused() {
     let (server, _events) = start(config()).await;
     let handle = server.handle();
-    let token = handle.register("uid-a", workload("a")).expect("a");
+    let token = handle.register("uid-a", 1, workload("a")).expect("a");
     let a = client(&server);
     a.exchange(&token).await.expect("exchange");
     let body = "{\"ts\":\"2026-01-01T00:00:00.000000001Z\",\"stream\":\"stdout\",\"line\":\"one\"}\n\
@@ -203,7 +211,10 @@ async fn logs_are_appended_from_ndjson_and_bad_records_refused() {
 #[tokio::test]
 async fn session_can_be_refreshed() {
     let (server, _events) = start(config()).await;
-    let token = server.handle().register("uid-a", workload("a")).expect("a");
+    let token = server
+        .handle()
+        .register("uid-a", 1, workload("a"))
+        .expect("a");
     let http = raw(&server);
     let session: TokenResponse = http
         .post(format!("{}/v1/token", url(&server)))
@@ -265,7 +276,7 @@ fn no_secret_appears_in_traces_errors_or_debug() {
 async fn exercise_every_path() -> Vec<String> {
     let (server, _events) = start(config()).await;
     let handle = server.handle();
-    let token = handle.register("uid-a", workload("a")).expect("a");
+    let token = handle.register("uid-a", 1, workload("a")).expect("a");
     let a = client(&server);
     a.exchange(&token).await.expect("exchange");
     let fetched = a.workload().await.expect("workload");
@@ -286,7 +297,7 @@ async fn exercise_every_path() -> Vec<String> {
 async fn serve_says_which_of_the_server_s_tasks_ended_and_dropping_it_stops_the_server() {
     let (server, _events) = start(config()).await;
     let runner = client(&server);
-    let token = server.handle().register("uid-a", workload("a")).unwrap();
+    let token = server.handle().register("uid-a", 1, workload("a")).unwrap();
     runner.exchange(&token).await.expect("serving");
     server.accepting.abort();
     let stopped = tokio::time::timeout(Duration::from_secs(5), server.serve())
