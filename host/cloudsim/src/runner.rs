@@ -137,7 +137,26 @@ pub(crate) fn container_runner_args(argv: &[String]) -> Option<Vec<String>> {
         _ => &words[..],
     };
     let (binary, args) = words.split_first()?;
-    is_runner_path(binary).then(|| args.to_vec())
+    let mut args = args.to_vec();
+    // The script's earlier lines move the secrets from the environment into this file; here
+    // they stay in the environment the runner is given.
+    take_secrets_file(&mut args);
+    is_runner_path(binary).then_some(args)
+}
+
+/// Drops `--secrets-file PATH` (or `--secrets-file=PATH`) from a runner's arguments and returns
+/// PATH. The simulator runs neither the shell lines nor the cloud-init step that write that file
+/// (nor could it write a VM's `/run`), so it hands the runner the secrets as environment
+/// instead: the older way, which the runner still accepts.
+pub(crate) fn take_secrets_file(args: &mut Vec<String>) -> Option<String> {
+    let at = args
+        .iter()
+        .position(|a| a == "--secrets-file" || a.starts_with("--secrets-file="))?;
+    let word = args.remove(at);
+    match word.strip_prefix("--secrets-file=") {
+        Some(path) => Some(path.to_owned()),
+        None => (at < args.len()).then(|| args.remove(at)),
+    }
 }
 
 /// The runner processes of running instances, by instance id, and the runners waiting for their
@@ -408,6 +427,19 @@ mod tests {
             container_runner_args(&words(&["sh", "-c", &script])),
             Some(words(&["--executor", "process"]))
         );
+    }
+
+    #[test]
+    fn the_secrets_file_the_script_would_write_is_left_out_of_the_runner_s_arguments() {
+        let script = "(umask 077; printf '%s' x > /tmp/s)\nunset T\n\
+                      exec neocloud-runner --executor process --secrets-file /tmp/s";
+        assert_eq!(
+            container_runner_args(&words(&["sh", "-c", script])),
+            Some(words(&["--executor", "process"]))
+        );
+        let mut args = words(&["--secrets-file=/p", "--x"]);
+        assert_eq!(take_secrets_file(&mut args).as_deref(), Some("/p"));
+        assert_eq!(args, words(&["--x"]));
     }
 
     #[test]

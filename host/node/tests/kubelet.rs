@@ -143,7 +143,7 @@ impl Rig {
         let token = self
             .callback
             .handle()
-            .register(uid, Workload::default())
+            .register(uid, 1, Workload::default())
             .unwrap();
         let url = format!("https://127.0.0.1:{}", self.callback.local_addr().port());
         let runner = CallbackClient::new(&url, self.callback.cert_pem().as_bytes()).unwrap();

@@ -128,7 +128,7 @@ async fn runner_reports_states_streams_logs_and_exits_with_the_workload_code() {
     let token = rig
         .server
         .handle()
-        .register("uid-1", shell(script))
+        .register("uid-1", 1, shell(script))
         .expect("register");
     let followed = follow(&rig, "uid-1");
     let child = rig.runner(&rig.url(), token.expose());
@@ -200,7 +200,7 @@ async fn wrong_expired_and_replayed_bootstrap_tokens_are_refused() {
     let handle = rig.server.handle();
 
     let real = handle
-        .register("uid-wrong", shell("true"))
+        .register("uid-wrong", 1, shell("true"))
         .expect("register");
     let wrong = neocloud_node::callback::Secret::new(format!("x{}", real.expose()));
     let stderr = refused(&rig, &wrong).await;
@@ -208,14 +208,14 @@ async fn wrong_expired_and_replayed_bootstrap_tokens_are_refused() {
     assert!(!stderr.contains(real.expose()));
 
     let expired = handle
-        .register("uid-expired", shell("true"))
+        .register("uid-expired", 1, shell("true"))
         .expect("register");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stderr = refused(&rig, &expired).await;
     assert!(stderr.contains("bootstrap token has expired"), "{stderr}");
 
     let once = handle
-        .register("uid-once", shell("true"))
+        .register("uid-once", 1, shell("true"))
         .expect("register");
     let (code, stderr) = finish(rig.runner(&rig.url(), once.expose())).await;
     assert_eq!(code, 0, "{stderr}");
@@ -229,7 +229,7 @@ async fn plain_http_and_an_untrusted_certificate_are_refused() {
     let token = rig
         .server
         .handle()
-        .register("uid-1", shell("true"))
+        .register("uid-1", 1, shell("true"))
         .expect("register");
     let http = rig.url().replace("https://", "http://");
     let (code, stderr) = finish(rig.runner(&http, token.expose())).await;
@@ -258,7 +258,7 @@ async fn killed_runner_is_reported_lost_after_the_heartbeat_timeout() {
     let token = rig
         .server
         .handle()
-        .register("uid-1", shell("sleep 60"))
+        .register("uid-1", 1, shell("sleep 60"))
         .expect("register");
     let mut child = rig.runner(&rig.url(), token.expose());
     assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));
@@ -291,7 +291,7 @@ async fn lambda_simulator_runs_the_runner_from_rendered_user_data() {
     let token = rig
         .server
         .handle()
-        .register("uid-vm", workload)
+        .register("uid-vm", 1, workload)
         .expect("register");
     let options = UserDataOptions {
         executor: ExecutorKind::Process,
@@ -301,7 +301,7 @@ async fn lambda_simulator_runs_the_runner_from_rendered_user_data() {
     let credential = rig
         .server
         .handle()
-        .credential("uid-vm")
+        .credential("uid-vm", 1)
         .expect("credential");
     let cert = rig.server.cert_pem();
     let user_data = render_user_data(&rig.url(), cert, &token, &credential, &options);
@@ -363,7 +363,7 @@ async fn sigterm_to_the_runner_stops_the_workload_which_still_reports_its_code()
     let token = rig
         .server
         .handle()
-        .register("uid-1", shell(script))
+        .register("uid-1", 1, shell(script))
         .expect("register");
     let child = rig.runner(&rig.url(), token.expose());
     assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));
@@ -382,7 +382,7 @@ async fn a_runner_that_boots_before_the_node_is_reachable_retries_until_it_is() 
     let token = rig
         .server
         .handle()
-        .register("uid-early", shell("echo up"))
+        .register("uid-early", 1, shell("echo up"))
         .expect("register");
     // For 1.5 s the runner's port drops every connection, as a node (or its network path)
     // coming up late would; then it forwards to the callback server. The port stays bound
@@ -445,7 +445,7 @@ async fn the_docker_command_line_keeps_every_pod_value_out_of_docker_s_options()
     let token = rig
         .server
         .handle()
-        .register("uid-docker", workload)
+        .register("uid-docker", 1, workload)
         .expect("register");
     let path = format!(
         "{}:{}",
@@ -551,7 +551,7 @@ async fn a_real_docker_engine_runs_the_workload_and_sigterm_stops_it() {
     let token = rig
         .server
         .handle()
-        .register("uid-docker-1", in_container(script))
+        .register("uid-docker-1", 1, in_container(script))
         .expect("register");
     let child = runner(token.expose());
     assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));
@@ -578,7 +578,7 @@ async fn a_real_docker_engine_runs_the_workload_and_sigterm_stops_it() {
     let token = rig
         .server
         .handle()
-        .register("uid-docker-2", in_container(script))
+        .register("uid-docker-2", 1, in_container(script))
         .expect("register");
     let child = runner(token.expose());
     assert_eq!(state_of(&rig.event().await), (RunnerState::Starting, None));

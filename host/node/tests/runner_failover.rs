@@ -9,8 +9,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use neocloud_node::callback::{
-    CallbackConfig, CallbackServer, LogOptions, RunnerEvent, RunnerEventKind, RunnerKeys,
-    RunnerState, Secret, TlsMaterial, Workload,
+    CallbackConfig, CallbackServer, CredentialKind, LogOptions, RunnerEvent, RunnerEventKind,
+    RunnerKeys, RunnerState, Secret, TlsMaterial, Workload,
 };
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -120,8 +120,10 @@ async fn a_running_runner_carries_on_with_the_next_leader_without_being_lost() {
     let port = old.port();
     let script = "i=0; while [ $i -lt 25 ]; do i=$((i+1)); echo tick $i; sleep 0.2; done; exit 4";
     let handle = old.server.handle();
-    let token = handle.register("uid-1", shell(script)).expect("register");
-    let credential = handle.credential("uid-1").expect("credential");
+    let token = handle
+        .register("uid-1", 1, shell(script))
+        .expect("register");
+    let credential = handle.credential("uid-1", 1).expect("credential");
     let child = cluster.runner(port, &token, &credential);
     assert_eq!(old.state().await, (RunnerState::Starting, None));
     assert_eq!(old.state().await, (RunnerState::Running, None));
@@ -133,7 +135,7 @@ async fn a_running_runner_carries_on_with_the_next_leader_without_being_lost() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut new = cluster.lead(port).await;
     let handle = new.server.handle();
-    handle.adopt("uid-1", shell(script), Some(RunnerState::Running));
+    handle.adopt("uid-1", 1, shell(script), Some(RunnerState::Running));
     assert_eq!(
         new.state().await,
         (RunnerState::Exited, Some(4)),
@@ -161,13 +163,15 @@ async fn a_runner_that_boots_after_the_leader_changed_gets_in_with_its_credentia
     let token = old
         .server
         .handle()
-        .register("uid-2", shell("echo up"))
+        .register("uid-2", 1, shell("echo up"))
         .unwrap();
-    let credential = old.server.handle().credential("uid-2").unwrap();
+    let credential = old.server.handle().credential("uid-2", 1).unwrap();
     old.server.shutdown().await;
 
     let mut new = cluster.lead(0).await;
-    new.server.handle().adopt("uid-2", shell("echo up"), None);
+    new.server
+        .handle()
+        .adopt("uid-2", 1, shell("echo up"), None);
     let child = cluster.runner(new.port(), &token, &credential);
     assert_eq!(new.state().await, (RunnerState::Starting, None));
     assert_eq!(new.state().await, (RunnerState::Running, None));
@@ -182,10 +186,13 @@ async fn a_runner_with_a_forged_or_rotated_away_credential_is_refused() {
     let cluster = Cluster::new();
     let node = cluster.lead(0).await;
     let handle = node.server.handle();
-    let token = handle.register("uid-3", shell("echo never")).unwrap();
+    let token = handle.register("uid-3", 1, shell("echo never")).unwrap();
     let domain = neocloud_node::callback::DEFAULT_TRUST_DOMAIN;
-    let rotated = RunnerKeys::random().credential(domain, "uid-3").unwrap();
-    let real = handle.credential("uid-3").unwrap();
+    let until = neocloud_protocol::unix_now() + 600;
+    let rotated = RunnerKeys::random()
+        .credential(domain, "uid-3", 1, CredentialKind::Boot, until)
+        .unwrap();
+    let real = handle.credential("uid-3", 1).unwrap();
     let forged = Secret::new(real.expose().replace(":uid-3:", ":uid-4:"));
     let stale = Secret::new("x");
     for (credential, why) in [

@@ -15,14 +15,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use secret::{BootstrapToken, Secret, SessionToken};
 pub use wire::{
-    EnvVar, ErrorBody, GpuStats, Heartbeat, LogRecord, LogStream, ReauthRequest, RunnerState,
-    StatusReport, TokenRequest, TokenResponse, Workload, WorkloadStats,
+    EnvVar, ErrorBody, GpuStats, Heartbeat, LogRecord, LogStream, RENTAL_NOT_CURRENT,
+    ReauthRequest, RunnerState, StatusReport, TokenRequest, TokenResponse, Workload, WorkloadStats,
 };
 
 /// The environment variable that may carry the bootstrap token instead of the runner's flag.
 pub const BOOTSTRAP_TOKEN_ENV: &str = "NEOCLOUD_BOOTSTRAP_TOKEN";
 /// The environment variable that may carry the re-authentication credential.
 pub const CREDENTIAL_ENV: &str = "NEOCLOUD_RUNNER_CREDENTIAL";
+/// The environment variable that may name the runner's secrets file (a path, not a secret):
+/// `NAME=value` lines of [`BOOTSTRAP_TOKEN_ENV`] and [`CREDENTIAL_ENV`], mode 0600, which the
+/// runner reads and deletes at start, so the secrets are neither in its environment (nor its
+/// `/proc/<pid>/environ`) nor left on disk.
+pub const SECRETS_FILE_ENV: &str = "NEOCLOUD_RUNNER_SECRETS_FILE";
 
 /// The runner's heartbeat period unless its `--heartbeat-interval` says otherwise.
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);

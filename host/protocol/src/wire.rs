@@ -104,6 +104,12 @@ pub struct TokenResponse {
     pub expires_at: i64,
     /// The binding's SPIFFE ID.
     pub spiffe_id: String,
+    /// A renewal credential for `POST /v1/token/reauth`, bound to this rental and expiring
+    /// (`ncr2`): the runner keeps the latest in memory and uses it, in place of the boot
+    /// credential of its `user_data`, when the node no longer accepts its session. Absent from
+    /// nodes before `ncr2`; a runner then keeps the credential it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
 }
 
 impl fmt::Debug for TokenResponse {
@@ -112,6 +118,10 @@ impl fmt::Debug for TokenResponse {
             .field("session_token", &"<redacted>")
             .field("expires_at", &self.expires_at)
             .field("spiffe_id", &self.spiffe_id)
+            .field(
+                "credential",
+                &self.credential.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
@@ -163,12 +173,20 @@ pub struct LogRecord {
     pub line: String,
 }
 
-/// An error body: `{"error": "..."}`.
+/// An error body: `{"error": "..."}`, with a machine-readable `code` for the refusals a runner
+/// acts on ([`RENTAL_NOT_CURRENT`]). Readers of older bodies see no code.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// What failed; never contains a secret.
     pub error: String,
+    /// What kind of refusal, when a runner must act on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
 }
+
+/// The [`ErrorBody::code`] of a 403 to a runner whose rental was replaced or declared lost: it
+/// must stop its workload and exit, since the node no longer believes it.
+pub const RENTAL_NOT_CURRENT: &str = "RentalNotCurrent";
 
 #[cfg(test)]
 mod tests {

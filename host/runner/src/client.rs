@@ -2,7 +2,11 @@
 //! refuses plain HTTP, exchanges the bootstrap token, refreshes the session before it expires,
 //! gets a new session with its re-authentication credential when the node refuses the one it
 //! has (401: the session expired while the node was away), and turns refusals into errors that
-//! say what the node answered.
+//! say what the node answered. The credential it starts with is the boot credential of its
+//! `user_data`; each session the node issues comes with a renewal credential, which replaces
+//! it (in memory only). A refusal saying the runner's rental is no longer current
+//! ([`RENTAL_NOT_CURRENT`]) is also signalled on [`CallbackClient::revoked`], for the runner to
+//! stop its workload.
 //!
 //! Not the runner's control flow: see [`crate::run`].
 
@@ -17,8 +21,8 @@ use tokio::sync::Mutex;
 
 use neocloud_protocol::session::{SESSION_UPGRADE, SessionOffer};
 use neocloud_protocol::{
-    ErrorBody, Heartbeat, ReauthRequest, RunnerState, Secret, SessionToken, StatusReport,
-    TokenRequest, TokenResponse, Workload, WorkloadStats, unix_now,
+    ErrorBody, Heartbeat, RENTAL_NOT_CURRENT, ReauthRequest, RunnerState, Secret, SessionToken,
+    StatusReport, TokenRequest, TokenResponse, Workload, WorkloadStats, unix_now,
 };
 
 use crate::RunnerError;
@@ -42,7 +46,8 @@ pub struct CallbackClient {
     http: Client,
     base: Url,
     session: Mutex<Option<Session>>,
-    credential: Option<Secret>,
+    credential: parking_lot::Mutex<Option<Secret>>,
+    revoked: tokio::sync::watch::Sender<bool>,
     request_timeout: Duration,
 }
 
@@ -75,7 +80,8 @@ impl CallbackClient {
             http,
             base,
             session: Mutex::new(None),
-            credential: None,
+            credential: parking_lot::Mutex::new(None),
+            revoked: tokio::sync::watch::Sender::new(false),
             request_timeout: REQUEST_TIMEOUT,
         })
     }
@@ -88,14 +94,34 @@ impl CallbackClient {
     }
 
     /// The same client, re-authenticating with `credential` when its session is refused.
-    pub fn with_credential(mut self, credential: Option<Secret>) -> Self {
-        self.credential = credential;
+    pub fn with_credential(self, credential: Option<Secret>) -> Self {
+        *self.credential.lock() = credential;
         self
     }
 
     /// Whether this client has a re-authentication credential.
     pub fn can_reauthenticate(&self) -> bool {
-        self.credential.is_some()
+        self.credential.lock().is_some()
+    }
+
+    /// Becomes true once the node has said this runner's rental is no longer current.
+    pub fn revoked(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.revoked.subscribe()
+    }
+
+    /// Notes a refusal of the runner's rental on [`revoked`](Self::revoked).
+    fn note(&self, e: &RunnerError) {
+        if e.is_rental_not_current() {
+            self.revoked.send_replace(true);
+        }
+    }
+
+    /// `result`, after noting a refusal of the runner's rental.
+    fn noted<T>(&self, result: Result<T, RunnerError>) -> Result<T, RunnerError> {
+        if let Err(e) = &result {
+            self.note(e);
+        }
+        result
     }
 
     fn url(&self, path: &str) -> Result<Url, RunnerError> {
@@ -112,10 +138,10 @@ impl CallbackClient {
         let request = (self.http.post(self.url("v1/token")?))
             .json(&body)
             .timeout(self.request_timeout);
-        let response: TokenResponse =
-            json(send_retrying("exchange the bootstrap token", request).await?)
-                .await
-                .map_err(|e| e.during("exchange the bootstrap token"))?;
+        let sent = send_retrying("exchange the bootstrap token", request).await;
+        let response: TokenResponse = json(self.noted(sent)?)
+            .await
+            .map_err(|e| e.during("exchange the bootstrap token"))?;
         let spiffe_id = response.spiffe_id.clone();
         self.keep(response).await;
         Ok(spiffe_id)
@@ -124,15 +150,14 @@ impl CallbackClient {
     /// Gets a new session with the re-authentication credential; returns the SPIFFE ID.
     pub async fn reauthenticate(&self) -> Result<String, RunnerError> {
         const WHAT: &str = "re-authenticate";
-        let credential = self.credential.as_ref().ok_or(RunnerError::NoSession)?;
+        let credential = self.credential.lock().clone();
+        let credential = credential.ok_or(RunnerError::NoSession)?;
         let body = ReauthRequest {
             credential: credential.expose().to_string(),
         };
         let request = self.http.post(self.url("v1/token/reauth")?).json(&body);
-        let response: TokenResponse =
-            json(send_retrying(WHAT, request.timeout(self.request_timeout)).await?)
-                .await
-                .map_err(|e| e.during(WHAT))?;
+        let sent = send_retrying(WHAT, request.timeout(self.request_timeout)).await;
+        let response: TokenResponse = json(self.noted(sent)?).await.map_err(|e| e.during(WHAT))?;
         let spiffe_id = response.spiffe_id.clone();
         self.keep(response).await;
         tracing::info!(%spiffe_id, "runner: re-authenticated");
@@ -154,6 +179,9 @@ impl CallbackClient {
     }
 
     async fn keep(&self, response: TokenResponse) {
+        if let Some(renewal) = response.credential {
+            *self.credential.lock() = Some(Secret::new(renewal));
+        }
         *self.session.lock().await = Some(Session {
             token: Secret::new(response.session_token),
             issued_at: unix_now(),
@@ -176,7 +204,7 @@ impl CallbackClient {
             .post(self.url("v1/token/refresh")?)
             .bearer_auth(current.token.expose())
             .timeout(self.request_timeout);
-        let response = match send("refresh the session", request).await {
+        let response = match self.noted(send("refresh the session", request).await) {
             Ok(response) => response,
             Err(e) => {
                 drop(session);
@@ -189,6 +217,9 @@ impl CallbackClient {
         let response: TokenResponse = json(response)
             .await
             .map_err(|e| e.during("refresh the session"))?;
+        if let Some(renewal) = response.credential {
+            *self.credential.lock() = Some(Secret::new(renewal));
+        }
         let token = Secret::new(response.session_token);
         *session = Some(Session {
             token: token.clone(),
@@ -227,7 +258,7 @@ impl CallbackClient {
             } else {
                 send(what, request).await
             };
-            match result {
+            match self.noted(result) {
                 Err(e) if again && self.recover(&e).await => again = false,
                 other => return other,
             }
@@ -290,7 +321,7 @@ impl CallbackClient {
         let request = request
             .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
             .body(reqwest::Body::wrap_stream(body));
-        if let Err(e) = watchdog.guard(WHAT, send(WHAT, request)).await {
+        if let Err(e) = self.noted(watchdog.guard(WHAT, send(WHAT, request)).await) {
             self.recover(&e).await;
             return Err(e);
         }
@@ -343,6 +374,7 @@ impl CallbackClient {
                 });
             }
             let e = refusal(WHAT, response).await;
+            self.note(&e);
             if !(again && self.recover(&e).await) {
                 return Err(e);
             }
@@ -402,10 +434,16 @@ async fn send(
 /// The error a node's non-success answer says.
 async fn refusal(what: &'static str, response: reqwest::Response) -> RunnerError {
     let status = response.status();
-    let message = match response.json::<ErrorBody>().await {
-        Ok(body) => body.error,
-        Err(_) => status.canonical_reason().unwrap_or("error").to_string(),
+    let (message, code) = match response.json::<ErrorBody>().await {
+        Ok(body) => (body.error, body.code),
+        Err(_) => (
+            status.canonical_reason().unwrap_or("error").to_string(),
+            None,
+        ),
     };
+    if status == StatusCode::FORBIDDEN && code.as_deref() == Some(RENTAL_NOT_CURRENT) {
+        return RunnerError::RentalNotCurrent { what, message };
+    }
     RunnerError::Refused {
         what,
         status: status.as_u16(),
@@ -460,12 +498,19 @@ impl RunnerError {
     pub fn status(&self) -> Option<u16> {
         match self {
             Self::Refused { status, .. } => Some(*status),
+            Self::RentalNotCurrent { .. } => Some(StatusCode::FORBIDDEN.as_u16()),
             _ => None,
         }
     }
 
-    /// Whether the node refused because the binding is gone or its runner was declared lost.
+    /// Whether the node refused because the binding is gone, its runner was declared lost, or
+    /// its rental was replaced.
     pub fn is_forbidden(&self) -> bool {
-        matches!(self, Self::Refused { status, .. } if *status == StatusCode::FORBIDDEN.as_u16())
+        self.status() == Some(StatusCode::FORBIDDEN.as_u16())
+    }
+
+    /// Whether the node said this runner's rental is no longer current: the runner must stop.
+    pub fn is_rental_not_current(&self) -> bool {
+        matches!(self, Self::RentalNotCurrent { .. })
     }
 }

@@ -6,7 +6,16 @@
 //! it ([`serve_sessions`]), and exits with the workload's exit code. When the node restarts or another
 //! replica takes over, the runner carries on: the session stays valid (the replicas share its
 //! key), a refused one is replaced with the binding's re-authentication credential, log records
-//! of failed requests are sent again, and the final report is retried for minutes.
+//! of failed requests are sent again, and the final report is retried for minutes. When the node
+//! says the runner's rental is no longer current (the machine was replaced or declared lost
+//! while it was cut off), the runner stops the workload (SIGTERM, then SIGKILL after
+//! [`STOP_GRACE`]; a docker container is removed) and exits with an error: the node no longer
+//! believes it, and a second copy of the workload must not go on.
+//!
+//! Its secrets (bootstrap token, boot credential) come from a file of mode 0600 it reads and
+//! deletes at start (`--secrets-file`), or, from older nodes, from its environment; either way
+//! the workload's environment never holds them. What a workload can still read is in the
+//! README's threat model.
 //!
 //! Not the server side (`neocloud-node`'s `callback` module) and not the wire types
 //! (`neocloud-protocol`). Downloaded onto every VM, so it links no Kubernetes client, no Wasm
@@ -24,7 +33,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use neocloud_protocol::{CREDENTIAL_ENV, RunnerState, Secret, StatusReport};
+use neocloud_protocol::{CREDENTIAL_ENV, RunnerState, SECRETS_FILE_ENV, Secret, StatusReport};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
@@ -38,6 +47,8 @@ pub use session::{ExecTarget, forward, serve_session, serve_sessions};
 const FINAL_REPORT_PATIENCE: Duration = Duration::from_secs(300);
 /// How long the runner waits for the last log lines to be delivered after the workload exits.
 const LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a workload stopped because its rental is no longer current has after SIGTERM.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Flags of `neocloud-runner`. `Debug` shows `<redacted>` for the bootstrap token and the
 /// credential.
@@ -47,9 +58,14 @@ pub struct RunnerArgs {
     /// The node's callback URL (https only), e.g. `https://node.example:8443`.
     #[arg(long)]
     pub callback_url: String,
-    /// The one-time bootstrap token from the VM's user_data.
+    /// The one-time bootstrap token from the VM's user_data (prefer `--secrets-file`: a flag is
+    /// on the process list, and the environment in `/proc/<pid>/environ`).
     #[arg(long, env = BOOTSTRAP_TOKEN_ENV, hide_env_values = true)]
-    pub bootstrap_token: String,
+    pub bootstrap_token: Option<String>,
+    /// A file of `NAME=value` lines giving `NEOCLOUD_BOOTSTRAP_TOKEN` and
+    /// `NEOCLOUD_RUNNER_CREDENTIAL`, of mode 0600 (refused otherwise); read and deleted at start.
+    #[arg(long, env = SECRETS_FILE_ENV)]
+    pub secrets_file: Option<std::path::PathBuf>,
     /// The binding's re-authentication credential from the VM's user_data: gets a new session
     /// when the node no longer accepts the runner's one (after a restart or failover).
     #[arg(long, env = CREDENTIAL_ENV, hide_env_values = true)]
@@ -125,6 +141,17 @@ pub enum RunnerError {
         /// The node's error message.
         message: String,
     },
+    /// The node said the runner's rental is no longer current (replaced or declared lost).
+    #[error("failed to {what}: {message}")]
+    RentalNotCurrent {
+        /// What the runner was doing.
+        what: &'static str,
+        /// The node's message.
+        message: String,
+    },
+    /// The secrets file is missing, unsafe or unreadable, or no bootstrap token was given.
+    #[error("runner secrets: {0}")]
+    Secrets(String),
     /// A call needed a session before the token exchange.
     #[error("no session: the bootstrap token has not been exchanged")]
     NoSession,
@@ -210,13 +237,56 @@ fn ca_pem(args: &RunnerArgs) -> Result<Vec<u8>, RunnerError> {
     }
 }
 
+/// The bootstrap token and credential: from `--secrets-file` (read, checked to be of mode 0600
+/// or stricter, and deleted), else from the flags or the environment.
+pub fn load_secrets(args: &RunnerArgs) -> Result<(Secret, Option<Secret>), RunnerError> {
+    let mut token = args.bootstrap_token.clone();
+    let mut credential = args.credential.clone();
+    if let Some(path) = &args.secrets_file {
+        let text = read_secrets_file(path)?;
+        for line in text.lines() {
+            match line.split_once('=') {
+                Some((BOOTSTRAP_TOKEN_ENV, value)) => token = Some(value.to_owned()),
+                Some((CREDENTIAL_ENV, value)) if !value.trim().is_empty() => {
+                    credential = Some(value.to_owned());
+                }
+                _ => {}
+            }
+        }
+    }
+    let token = token
+        .filter(|t| !t.trim().is_empty())
+        .ok_or_else(|| RunnerError::Secrets("no bootstrap token was given".into()))?;
+    let credential = credential.map(|c| Secret::new(c.trim()));
+    Ok((Secret::new(token.trim()), credential))
+}
+
+fn read_secrets_file(path: &std::path::Path) -> Result<String, RunnerError> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let meta = std::fs::symlink_metadata(path)
+        .map_err(|e| RunnerError::Secrets(format!("failed to read {shown}: {e}")))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if !meta.is_file() || mode & 0o077 != 0 {
+        return Err(RunnerError::Secrets(format!(
+            "{shown} must be a regular file of mode 0600 or stricter, not {mode:o}"
+        )));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| RunnerError::Secrets(format!("failed to read {shown}: {e}")))?;
+    if let Err(e) = std::fs::remove_file(path) {
+        tracing::warn!(file = %shown, error = %e, "runner: could not delete the secrets file");
+    }
+    Ok(text)
+}
+
 /// The state the runner is in, shared with its heartbeats.
 type Shared = Arc<Mutex<Option<RunnerState>>>;
 
 /// Exchanges the bootstrap token, or, if the node refuses it (a node that restarted since it
 /// issued it knows it no longer), authenticates with the credential.
-async fn authenticate(client: &CallbackClient, bootstrap: &str) -> Result<String, RunnerError> {
-    match client.exchange(&Secret::new(bootstrap.trim())).await {
+async fn authenticate(client: &CallbackClient, bootstrap: &Secret) -> Result<String, RunnerError> {
+    match client.exchange(bootstrap).await {
         Err(e) if e.is_unauthorized() && client.can_reauthenticate() => {
             tracing::warn!(error = %e, "runner: bootstrap token refused; using the credential");
             client.reauthenticate().await
@@ -227,10 +297,11 @@ async fn authenticate(client: &CallbackClient, bootstrap: &str) -> Result<String
 
 /// Runs the workload to completion and returns its exit code.
 pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
-    let credential = args.credential.as_deref().map(|c| Secret::new(c.trim()));
+    let (bootstrap, credential) = load_secrets(&args)?;
     let client = CallbackClient::new(&args.callback_url, &ca_pem(&args)?)?;
     let client = Arc::new(client.with_credential(credential));
-    let spiffe_id = authenticate(&client, &args.bootstrap_token).await?;
+    let spiffe_id = authenticate(&client, &bootstrap).await?;
+    drop(bootstrap);
     tracing::info!(%spiffe_id, "runner: authenticated");
     let workload = client.workload().await?;
     let state: Shared = Arc::default();
@@ -258,7 +329,13 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
             return Err(e);
         }
     };
-    report(&client, &state, RunnerState::Running, None, None).await?;
+    if let Err(e) = report(&client, &state, RunnerState::Running, None, None).await {
+        if e.is_rental_not_current() {
+            stop(&mut started.child, args.executor, &container).await;
+        }
+        heartbeats.abort();
+        return Err(e);
+    }
     // The process executor's child is the workload; docker's is the client, not the container.
     let root = (args.executor == ExecutorKind::Process)
         .then(|| started.child.id())
@@ -266,9 +343,25 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     let stats = tokio::spawn(stats::report(client.clone(), root, args.heartbeat_interval));
     let target = ExecTarget::for_workload(args.executor, &workload, &container);
     let sessions = tokio::spawn(serve_sessions(client.clone(), Arc::new(target)));
-    let status = wait_forwarding_signals(&mut started.child).await;
+    let waited = wait_forwarding_signals(&mut started.child, client.revoked()).await;
     sessions.abort();
     stats.abort();
+    let status = match waited {
+        Waited::Exited(status) => status,
+        Waited::Revoked => {
+            tracing::warn!(
+                "runner: the node says this rental is no longer current; stopping the workload"
+            );
+            stop(&mut started.child, args.executor, &container).await;
+            heartbeats.abort();
+            return Err(RunnerError::RentalNotCurrent {
+                what: "run the workload",
+                message: "the node no longer believes this rental (it was replaced or declared \
+                          lost); the workload was stopped"
+                    .into(),
+            });
+        }
+    };
     drop(started.env_file.take());
     if tokio::time::timeout(LOG_DRAIN_TIMEOUT, shipper)
         .await
@@ -314,20 +407,61 @@ async fn finish(
     }
 }
 
-/// Waits for the workload. SIGTERM or SIGINT to the runner is passed on as SIGTERM (`docker run`
-/// proxies it to the container), so stopping the runner stops the workload, which then still
-/// reports `Exited` with its own code.
+/// How waiting for the workload ended.
+enum Waited {
+    /// It ended by itself (or after a signal passed on).
+    Exited(std::io::Result<std::process::ExitStatus>),
+    /// The node said the rental is no longer current; the workload still runs.
+    Revoked,
+}
+
+/// Waits for the workload, or for `revoked`. SIGTERM or SIGINT to the runner is passed on as
+/// SIGTERM (`docker run` proxies it to the container), so stopping the runner stops the
+/// workload, which then still reports `Exited` with its own code.
 async fn wait_forwarding_signals(
     child: &mut tokio::process::Child,
-) -> std::io::Result<std::process::ExitStatus> {
+    mut revoked: tokio::sync::watch::Receiver<bool>,
+) -> Waited {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
+    let (mut term, mut interrupt) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(term), Ok(interrupt)) => (term, interrupt),
+        (Err(e), _) | (_, Err(e)) => return Waited::Exited(Err(e)),
+    };
     loop {
         tokio::select! {
-            status = child.wait() => return status,
+            status = child.wait() => return Waited::Exited(status),
             _ = term.recv() => forward_sigterm(child),
             _ = interrupt.recv() => forward_sigterm(child),
+            Ok(_) = revoked.wait_for(|revoked| *revoked) => return Waited::Revoked,
+        }
+    }
+}
+
+/// Stops the workload: SIGTERM, then SIGKILL after [`STOP_GRACE`]; a docker container, which
+/// killing its `docker run` client does not stop, is removed as well.
+async fn stop(child: &mut tokio::process::Child, executor: ExecutorKind, container: &str) {
+    forward_sigterm(child);
+    if tokio::time::timeout(STOP_GRACE, child.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("runner: the workload outlived SIGTERM; killing it");
+        if let Err(e) = child.kill().await {
+            tracing::warn!(error = %e, "runner: failed to kill the workload");
+        }
+    }
+    if executor == ExecutorKind::Docker {
+        let removed = tokio::process::Command::new("docker")
+            .args(["rm", "--force", container])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await;
+        if let Err(e) = removed {
+            tracing::warn!(container, error = %e, "runner: failed to remove the container");
         }
     }
 }
@@ -418,6 +552,52 @@ mod tests {
             assert!(!refused(status).is_transient(), "{status}");
         }
         assert!(!RunnerError::NoCommand.is_transient());
+    }
+
+    fn args_with(file: &std::path::Path) -> RunnerArgs {
+        use clap::Parser;
+        RunnerArgs::try_parse_from([
+            "neocloud-runner",
+            "--callback-url",
+            "https://n:1",
+            "--ca-pem-base64",
+            "UEVN",
+            "--secrets-file",
+            &file.display().to_string(),
+        ])
+        .expect("args")
+    }
+
+    #[test]
+    fn the_secrets_file_is_read_once_and_deleted() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secrets");
+        let text = format!("{BOOTSTRAP_TOKEN_ENV}=tok\n{CREDENTIAL_ENV}=ncr2:cred\n");
+        std::fs::write(&file, text).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let (token, credential) = load_secrets(&args_with(&file)).expect("secrets");
+        assert_eq!(token.expose(), "tok");
+        assert_eq!(credential.as_ref().map(Secret::expose), Some("ncr2:cred"));
+        assert!(!file.exists(), "the file is deleted once read");
+        let again = load_secrets(&args_with(&file)).expect_err("gone");
+        assert!(again.to_string().contains("failed to read"), "{again}");
+    }
+
+    #[test]
+    fn a_secrets_file_others_can_read_is_refused_and_left_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secrets");
+        std::fs::write(&file, format!("{BOOTSTRAP_TOKEN_ENV}=tok\n")).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let err = load_secrets(&args_with(&file)).expect_err("group-readable");
+        assert!(
+            err.to_string()
+                .contains("must be a regular file of mode 0600 or stricter, not 640"),
+            "{err}"
+        );
+        assert!(file.exists());
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //! preempting the instance kills it, as does dropping the simulator (see `crate::runner`, which
 //! starts and kills the process).
 //!
-//! Not cloud-init: other `runcmd` entries, `write_files`, packages and shell quoting in string
-//! entries are ignored.
+//! The runner's secrets file (`--secrets-file`, written by `write_files`) becomes environment
+//! of the runner's instead (see [`crate::runner::take_secrets_file`]).
+//!
+//! Not cloud-init: other `runcmd` entries, other `write_files`, packages and shell quoting in
+//! string entries are ignored.
 
 use std::path::Path;
 
@@ -17,7 +20,27 @@ use crate::runner::{RUNNER_BINARY, RunnerCommand};
 /// environment its `systemd-run` prefix gives it, if the `user_data` is `#cloud-config` and
 /// has such an entry.
 pub(crate) fn runner_command(user_data: &str) -> Option<RunnerCommand> {
-    runner_entry(user_data).map(|(prefix, args)| (args, setenv(&prefix)))
+    let (prefix, mut args) = runner_entry(user_data)?;
+    let mut env = setenv(&prefix);
+    if let Some(path) = crate::runner::take_secrets_file(&mut args) {
+        let content = written_file(user_data, &path).unwrap_or_default();
+        for line in content.lines() {
+            if let Some((name, value)) = line.split_once('=') {
+                env.push((name.to_owned(), value.to_owned()));
+            }
+        }
+    }
+    Some((args, env))
+}
+
+/// The content `write_files` gives the file at `path`.
+fn written_file(user_data: &str, path: &str) -> Option<String> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(user_data).ok()?;
+    let files = doc.get("write_files")?.as_sequence()?;
+    files
+        .iter()
+        .find(|f| f.get("path").and_then(|p| p.as_str()) == Some(path))
+        .and_then(|f| f.get("content")?.as_str().map(str::to_owned))
 }
 
 /// The environment `systemd-run` words give the unit (`--setenv=NAME=VALUE`, `-E NAME=VALUE`,
@@ -111,6 +134,25 @@ mod tests {
         assert_eq!(
             runner_args(user_data),
             Some(vec!["--executor".into(), "process".into()])
+        );
+    }
+
+    #[test]
+    fn the_secrets_file_written_by_write_files_reaches_the_runner_as_environment() {
+        let user_data = "#cloud-config\nwrite_files:\n  - path: /run/x/secrets\n    \
+                         permissions: '0600'\n    content: \"A=1\\nB=two=2\\n\"\n  - path: /etc/other\n    \
+                         content: \"C=3\"\nruncmd:\n  - [systemd-run, --quiet, neocloud-runner, \
+                         --executor, process, --secrets-file, /run/x/secrets]\n";
+        assert_eq!(
+            runner_args(user_data),
+            Some(vec!["--executor".into(), "process".into()])
+        );
+        assert_eq!(
+            runner_env(user_data),
+            vec![
+                ("A".to_owned(), "1".to_owned()),
+                ("B".to_owned(), "two=2".to_owned())
+            ]
         );
     }
 

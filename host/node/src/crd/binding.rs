@@ -169,6 +169,13 @@ pub struct CloudPodBindingStatus {
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The rental whose runner the node believes: each placement that boots a runner takes the
+    /// next number, written before the instance is rented, and the runner callback refuses a
+    /// runner of any other (a replaced or lost machine that comes back). Absent before the
+    /// first runner, and in bindings from before rentals were numbered (their runners are
+    /// rental 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_rental: Option<u64>,
 }
 
 impl CloudPodBindingStatus {

@@ -144,17 +144,23 @@ impl Reconciler {
             .filter_map(|a| from_record(a, None))
             .collect();
         // The rental boots the runner (a VM from user_data, a container from its start command);
-        // registering the workload issues the runner's one-time token (and voids any earlier
-        // one of this Pod).
+        // registering the workload as the binding's next rental issues the runner's one-time
+        // token and voids every credential of an earlier rental of this Pod. The number is in
+        // the status the recorder writes before the first provider call, so a new leader
+        // believes the same rental.
         let boot = match &self.cfg.runners {
-            Some(runners) => match runners.boot(pod, &w, &env) {
-                Ok(boot) => Some(boot),
-                Err(e) => {
-                    return self
-                        .wait(pod, &b, status, "RunnerUnavailable", e.to_string())
-                        .await;
+            Some(runners) => {
+                let rental = status.runner_rental.map_or(1, |r| r + 1);
+                status.runner_rental = Some(rental);
+                match runners.boot(pod, rental, &w, &env) {
+                    Ok(boot) => Some(boot),
+                    Err(e) => {
+                        return self
+                            .wait(pod, &b, status, "RunnerUnavailable", e.to_string())
+                            .await;
+                    }
                 }
-            },
+            }
             None => None,
         };
         let key = binding_key(&b);

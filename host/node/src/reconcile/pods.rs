@@ -300,7 +300,9 @@ impl Reconciler {
             .as_deref()
             .and_then(|p| p.parse::<ProviderId>().ok());
         let instance_id = status.instance_id.clone().unwrap_or_default();
-        let runner = self.runner_status(pod, provider_id).await;
+        let runner = self
+            .runner_status(pod, provider_id, status.runner_rental)
+            .await;
         let said = match (&instance, runner) {
             (Some(i), None) if i.phase == InstancePhase::Running => said,
             _ => {

@@ -7,9 +7,16 @@
 //! running, exited with a code, or lost when its heartbeats stop) rather than the instance's
 //! state alone.
 //!
+//! Each boot is a new rental of the binding: it takes the next number (the binding's
+//! `status.runnerRental`, written before the instance is rented) and the callback believes only
+//! that rental's runner from then on, so the runner of a replaced or lost machine that comes back
+//! cannot end, log into, or take sessions of its successor; events of any other rental are
+//! ignored here too.
+//!
 //! After a restart or a leader change, a Pod whose instance an earlier process rented is
-//! adopted the first time it is mirrored: its workload is registered again (for a runner that
-//! has not fetched it yet) and its runner is given time from now to call in: the heartbeat
+//! adopted the first time it is mirrored, with the rental its binding names: its workload is
+//! registered again (for a runner that has not fetched it yet) and its runner is given time
+//! from now to call in: the heartbeat
 //! timeout if the Pod shows it was running, the boot timeout otherwise. Until it calls in, the
 //! Pod keeps what it showed.
 
@@ -51,6 +58,8 @@ pub enum RunnerStatus {
 #[derive(Debug, Clone)]
 struct Entry {
     pod: ObjectRef<Pod>,
+    /// The rental followed: events of another are stale.
+    rental: u64,
     status: RunnerStatus,
     /// When the reconciler first saw the instance this registration boots.
     launched: Option<Instant>,
@@ -126,20 +135,23 @@ impl Runners {
         &self.handle
     }
 
-    /// Registers the Pod's workload (replacing an earlier registration, whose token stops
-    /// working) and renders what boots its runner: a VM's `user_data`, and for a Pod a container
-    /// provider can run through the runner, the container's start command.
+    /// Registers rental `rental` of the Pod's workload (replacing an earlier registration,
+    /// whose token, credentials and sessions stop working) and renders what boots its runner: a
+    /// VM's `user_data`, and for a Pod a container provider can run through the runner, the
+    /// container's start command.
     pub fn boot(
         &self,
         pod: &Pod,
+        rental: u64,
         w: &WorkloadSpec,
         env: &[(String, String)],
     ) -> Result<Boot, CallbackError> {
         let uid = pod.uid().unwrap_or_default();
-        let token = self.handle.register(&uid, workload(w, env))?;
-        let credential = self.handle.credential(&uid)?;
+        let token = self.handle.register(&uid, rental, workload(w, env))?;
+        let credential = self.handle.credential(&uid, rental)?;
         let entry = Entry {
             pod: ObjectRef::from_obj(pod),
+            rental,
             status: RunnerStatus::Booting,
             launched: None,
         };
@@ -167,18 +179,19 @@ impl Runners {
         })
     }
 
-    /// Takes over the runner of a Pod whose instance an earlier process rented (see the module
-    /// doc). Does nothing for a Pod this process already follows.
-    pub fn adopt(&self, pod: &Pod, w: &WorkloadSpec, env: &[(String, String)]) {
+    /// Takes over the runner of rental `rental` of a Pod whose instance an earlier process
+    /// rented (see the module doc). Does nothing for a Pod this process already follows.
+    pub fn adopt(&self, pod: &Pod, rental: u64, w: &WorkloadSpec, env: &[(String, String)]) {
         let uid = pod.uid().unwrap_or_default();
         if self.state.lock().contains_key(&uid) {
             return;
         }
         let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
         let known = running.then_some(RunnerState::Running);
-        self.handle.adopt(&uid, workload(w, env), known);
+        self.handle.adopt(&uid, rental, workload(w, env), known);
         let entry = Entry {
             pod: ObjectRef::from_obj(pod),
+            rental,
             status: if running {
                 RunnerStatus::Running
             } else {
@@ -246,6 +259,10 @@ impl Runners {
             let Some(entry) = state.get_mut(&event.uid) else {
                 return;
             };
+            if entry.rental != event.rental {
+                tracing::info!(binding = %event.uid, rental = event.rental, current = entry.rental, "runner: ignored an event of a rental that is no longer current");
+                return;
+            }
             entry.status = status;
             entry.pod.clone()
         };
@@ -292,14 +309,16 @@ fn workload(w: &WorkloadSpec, env: &[(String, String)]) -> Workload {
 }
 
 impl Reconciler {
-    /// What the runner of a Pod placed on `provider` last reported, adopting it first if this
-    /// process has not followed it yet (a restart or a leader change). `None` when the provider
-    /// runs no runner, or when adopting failed (the Pod's environment could not be resolved; it
-    /// is tried again at the next reconcile).
+    /// What the runner of a Pod placed on `provider` last reported, adopting it first (as rental
+    /// `rental`, the binding's `status.runnerRental`) if this process has not followed it yet (a
+    /// restart or a leader change). `None` when the provider runs no runner, or when adopting
+    /// failed (the Pod's environment could not be resolved; it is tried again at the next
+    /// reconcile).
     pub(super) async fn runner_status(
         &self,
         pod: &Pod,
         provider: Option<ProviderId>,
+        rental: Option<u64>,
     ) -> Option<RunnerStatus> {
         let runners = self.cfg.runners.as_ref()?;
         if !provider.is_some_and(|p| runners.runs(p, pod)) {
@@ -316,7 +335,7 @@ impl Reconciler {
             };
             let namespace = pod.namespace().unwrap_or_default();
             match env::resolve(&self.client, &namespace, &w).await {
-                Ok(env) => runners.adopt(pod, &w, &env),
+                Ok(env) => runners.adopt(pod, rental.unwrap_or(0), &w, &env),
                 Err(e) => {
                     tracing::warn!(pod = %ObjectRef::from_obj(pod), error = %e, "runner: cannot adopt");
                     return None;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::callback::{RunnerEventKind, RunnerKeys, RunnerState, Workload};
+use crate::callback::{CredentialKind, RunnerEventKind, RunnerKeys, RunnerState, Workload};
 use neocloud_runner::CallbackClient;
 
 fn config(keys: &RunnerKeys) -> CallbackConfig {
@@ -97,16 +97,20 @@ fn workload() -> Workload {
 async fn a_session_signed_by_the_old_leader_is_accepted_by_the_new_one() {
     let (keys, tls) = (RunnerKeys::random(), tls());
     let old = replica(config(&keys), &tls).await;
-    let token = old.server.handle().register("uid-a", workload()).unwrap();
+    let token = old
+        .server
+        .handle()
+        .register("uid-a", 1, workload())
+        .unwrap();
     let body = serde_json::json!({ "bootstrapToken": token.expose() });
     let session = old.post("token", None, body).await.session();
     old.server.shutdown().await;
 
     let mut new = replica(config(&keys), &tls).await;
     let handle = new.server.handle();
-    assert!(handle.adopt("uid-a", workload(), Some(RunnerState::Running)));
+    assert!(handle.adopt("uid-a", 1, workload(), Some(RunnerState::Running)));
     assert!(
-        !handle.adopt("uid-a", Workload::default(), None),
+        !handle.adopt("uid-a", 1, Workload::default(), None),
         "adopted once"
     );
     let beat = serde_json::json!({ "state": "Running" });
@@ -137,7 +141,7 @@ async fn a_session_signed_by_the_old_leader_is_accepted_by_the_new_one() {
     assert!(new.events.try_recv().is_err(), "the exit is told once");
 
     let stranger = replica(config(&RunnerKeys::random()), &tls).await;
-    stranger.server.handle().adopt("uid-a", workload(), None);
+    stranger.server.handle().adopt("uid-a", 1, workload(), None);
     let answer = stranger
         .post("heartbeat", Some(&session), serde_json::json!({}))
         .await;
@@ -148,12 +152,16 @@ async fn a_session_signed_by_the_old_leader_is_accepted_by_the_new_one() {
 async fn a_runner_that_booted_after_the_failover_gets_in_with_its_credential() {
     let (keys, tls) = (RunnerKeys::random(), tls());
     let old = replica(config(&keys), &tls).await;
-    let token = old.server.handle().register("uid-a", workload()).unwrap();
-    let credential = old.server.handle().credential("uid-a").unwrap();
+    let token = old
+        .server
+        .handle()
+        .register("uid-a", 1, workload())
+        .unwrap();
+    let credential = old.server.handle().credential("uid-a", 1).unwrap();
     old.server.shutdown().await;
 
     let mut new = replica(config(&keys), &tls).await;
-    new.server.handle().adopt("uid-a", workload(), None);
+    new.server.handle().adopt("uid-a", 1, workload(), None);
     let client = CallbackClient::new(&new.url("").replace("/v1/", ""), tls.cert_pem().as_bytes())
         .expect("client")
         .with_credential(Some(credential));
@@ -185,22 +193,27 @@ async fn forged_other_bindings_and_rotated_away_credentials_are_refused() {
     let (keys, tls) = (RunnerKeys::random(), tls());
     let node = replica(config(&keys), &tls).await;
     let handle = node.server.handle();
-    handle.adopt("uid-a", workload(), None);
-    handle.adopt("uid-b", workload(), None);
+    handle.adopt("uid-a", 1, workload(), None);
+    handle.adopt("uid-b", 1, workload(), None);
     let domain = crate::callback::DEFAULT_TRUST_DOMAIN;
-    let real = keys.credential(domain, "uid-a").unwrap();
-    let rotated = RunnerKeys::random().credential(domain, "uid-a").unwrap();
+    let until = neocloud_protocol::unix_now() + 600;
+    let boot = |keys: &RunnerKeys| {
+        keys.credential(domain, "uid-a", 1, CredentialKind::Boot, until)
+            .unwrap()
+    };
+    let real = boot(&keys);
+    let rotated = boot(&RunnerKeys::random());
     let other = real.expose().replace(":uid-a:", ":uid-b:");
     let forged = {
-        let forger = RunnerKeys::random().credential(domain, "uid-a").unwrap();
+        let forger = boot(&RunnerKeys::random());
         let mac = forger.expose().rsplit(':').next().unwrap().to_owned();
-        format!("ncr1:{}:uid-a:{mac}", keys.key_id())
+        format!("ncr2:{}:uid-a:1:b:{until}:{mac}", keys.key_id())
     };
     for (credential, why) in [
         (rotated.expose().to_owned(), "rotated-away key"),
         (other, "not valid"),
         (forged, "not valid"),
-        ("ncr1:garbage".to_owned(), "malformed"),
+        ("ncr2:garbage".to_owned(), "malformed"),
     ] {
         let answer = node.reauth(&credential).await;
         assert_eq!(answer.status, 401, "{credential}: {answer:?}");
@@ -216,11 +229,11 @@ async fn a_binding_not_adopted_yet_is_try_again_and_a_forgotten_one_forbidden() 
     let (keys, tls) = (RunnerKeys::random(), tls());
     let node = replica(config(&keys), &tls).await;
     let handle = node.server.handle();
-    let credential = handle.credential("uid-a").unwrap();
+    let credential = handle.credential("uid-a", 1).unwrap();
     let early = node.reauth(credential.expose()).await;
     assert_eq!(early.status, 503, "{early:?}");
     assert_eq!(early.retry_after.as_deref(), Some("2"));
-    handle.adopt("uid-a", workload(), None);
+    handle.adopt("uid-a", 1, workload(), None);
     assert_eq!(node.reauth(credential.expose()).await.status, 200);
     handle.unregister("uid-a");
     assert_eq!(node.reauth(credential.expose()).await.status, 403);
@@ -242,8 +255,8 @@ async fn an_adopted_running_runner_that_never_calls_in_is_lost_after_the_heartbe
     let mut node = replica(config(&keys), &tls).await;
     let handle = node.server.handle();
     let adopted = std::time::Instant::now();
-    handle.adopt("uid-running", workload(), Some(RunnerState::Running));
-    handle.adopt("uid-booting", workload(), None);
+    handle.adopt("uid-running", 1, workload(), Some(RunnerState::Running));
+    handle.adopt("uid-booting", 1, workload(), None);
     let event = tokio::time::timeout(Duration::from_secs(5), node.events.recv())
         .await
         .expect("in time")
@@ -263,7 +276,7 @@ async fn an_open_log_stream_is_cut_with_503_at_shutdown_so_the_runner_sends_it_a
     let (keys, tls) = (RunnerKeys::random(), tls());
     let old = replica(config(&keys), &tls).await;
     let handle = old.server.handle();
-    let token = handle.register("uid-l", workload()).unwrap();
+    let token = handle.register("uid-l", 1, workload()).unwrap();
     let body = serde_json::json!({ "bootstrapToken": token.expose() });
     let session = old.post("token", None, body).await.session();
 

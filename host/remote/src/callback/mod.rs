@@ -6,9 +6,17 @@
 //! The node learns what happened from a channel of [`RunnerEvent`]s and reads logs with
 //! [`CallbackHandle::read_logs`].
 //!
+//! Each registration names the binding's rental (its runner generation, which the node keeps in
+//! the binding's status): sessions, bootstrap tokens and credentials name it too, and a runner of
+//! a rental that is no longer current (replaced, or declared lost) is refused with 403 and
+//! [`RENTAL_NOT_CURRENT`](neocloud_protocol::RENTAL_NOT_CURRENT) on every route, which tells it
+//! to stop its workload.
+//!
 //! Across restarts and leader changes: the keys come from the node's runner identity (a Secret
-//! every replica reads, [`identity`]), so sessions and the per-binding re-authentication
-//! credential in `user_data` ([`credential`]) stay valid; a new leader
+//! every replica reads, [`identity`]), so sessions and re-authentication credentials
+//! ([`credential`]: the boot one in `user_data`, which expires with the bootstrap token and is
+//! spent once the runner called in, and the renewal one handed out with each session) stay
+//! valid; a new leader
 //! [`adopt`](CallbackHandle::adopt)s the bindings it finds, and until the adoption window after
 //! its start has passed, a runner of a binding not adopted yet is told to try again (503).
 //!
@@ -33,7 +41,7 @@ mod user_data;
 use std::time::Duration;
 
 pub use crate::tls::TlsMaterial;
-pub use credential::RunnerKeys;
+pub use credential::{CredentialKind, RunnerKeys};
 pub use identity::RunnerIdentity;
 pub use logs::{LogBuffer, LogLimits, LogLine, LogOptions};
 pub use neocloud_protocol::{
@@ -47,8 +55,8 @@ pub use sessions::{SessionIo, SessionStream};
 pub use state::CallbackHandle;
 pub use tokens::TokenError;
 pub use user_data::{
-    CONTAINER_RUNNER_PATH, DEFAULT_RUNNER_PATH, RunnerDownload, UserDataOptions,
-    render_container_start, render_user_data,
+    CONTAINER_RUNNER_PATH, CONTAINER_SECRETS_FILE, DEFAULT_RUNNER_PATH, RunnerDownload,
+    UserDataOptions, VM_SECRETS_FILE, render_container_start, render_user_data,
 };
 
 /// The trust domain of session SPIFFE IDs unless configured otherwise.
@@ -65,6 +73,9 @@ pub struct CallbackConfig {
     pub bootstrap_ttl: Duration,
     /// Lifetime of session tokens (15 min by default).
     pub session_ttl: Duration,
+    /// Lifetime of the renewal credential handed out with each session (24 h by default): how
+    /// long a runner can be cut off from every replica and still get back in.
+    pub renewal_ttl: Duration,
     /// A runner that authenticated and then is silent this long is reported `Lost` (60 s).
     pub heartbeat_timeout: Duration,
     /// Per-binding log size.
@@ -93,6 +104,7 @@ impl Default for CallbackConfig {
             trust_domain: DEFAULT_TRUST_DOMAIN.to_string(),
             bootstrap_ttl: tokens::DEFAULT_BOOTSTRAP_TTL,
             session_ttl: tokens::DEFAULT_SESSION_TTL,
+            renewal_ttl: tokens::DEFAULT_RENEWAL_TTL,
             heartbeat_timeout: Duration::from_secs(60),
             log_limits: LogLimits::default(),
             token_rate_per_ip: RateLimit {
@@ -116,6 +128,8 @@ impl Default for CallbackConfig {
 pub struct RunnerEvent {
     /// The binding.
     pub uid: String,
+    /// The rental whose runner it is about.
+    pub rental: u64,
     /// What happened.
     pub kind: RunnerEventKind,
 }
@@ -136,6 +150,30 @@ pub enum CallbackError {
     /// The binding is not registered.
     #[error("binding {0} is not registered with the runner callback")]
     NotRegistered(String),
+    /// The caller is the runner of a rental of the binding that is no longer current: it was
+    /// replaced, or its runner was declared lost. It must stop its workload.
+    #[error(
+        "rental no longer current: rental {rental} of binding {uid} is not believed ({why}); stop the workload"
+    )]
+    RentalNotCurrent {
+        /// The binding.
+        uid: String,
+        /// The rental the caller's token names.
+        rental: u64,
+        /// Why, in words.
+        why: String,
+    },
+    /// A boot credential (from `user_data`) of a rental whose runner has already called in.
+    #[error(
+        "the boot credential of rental {rental} of binding {uid} is spent: its runner has \
+         called in (a runner renews with the credential it was given with its session)"
+    )]
+    CredentialSpent {
+        /// The binding.
+        uid: String,
+        /// The rental.
+        rental: u64,
+    },
     /// The node started moments ago and has not found this binding again yet.
     #[error("binding {0} is not known yet: the node is starting; try again")]
     NotAdoptedYet(String),

@@ -14,8 +14,11 @@
 //!   of the binding (a long poll, 204 when none came), and `GET /v1/sessions/{id}` (Bearer,
 //!   `Upgrade`) → 101 and the session's frames ([`super::sessions`]).
 //!
-//! A session names exactly one binding and no route takes a binding from the request, so a
-//! runner can only ever read or write its own binding. Authenticated routes are rate limited per
+//! A session names exactly one binding and one rental of it, and no route takes a binding from
+//! the request, so a runner can only ever read or write its own binding, and only while its
+//! rental is current: every authenticated route (refresh, workload, status, heartbeat, stats,
+//! logs, sessions) refuses a runner of a replaced or lost rental with 403 and the code
+//! [`RENTAL_NOT_CURRENT`](neocloud_protocol::RENTAL_NOT_CURRENT), before it changes anything. Authenticated routes are rate limited per
 //! binding. Errors are `{"error": "..."}` and never echo a token or an env value. A binding the
 //! node has not found again yet after a restart is 503 with `Retry-After` (try again), one that
 //! is gone or whose runner was declared lost is 403.
@@ -164,14 +167,23 @@ fn routes(state: Arc<Shared>) -> Router {
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     let body = ErrorBody {
         error: message.into(),
+        code: None,
     };
     (status, Json(body)).into_response()
 }
 
-fn refusal(e: &CallbackError) -> Response {
+pub(super) fn refusal(e: &CallbackError) -> Response {
+    if let CallbackError::RentalNotCurrent { .. } = e {
+        let body = ErrorBody {
+            error: e.to_string(),
+            code: Some(neocloud_protocol::RENTAL_NOT_CURRENT.to_owned()),
+        };
+        return (StatusCode::FORBIDDEN, Json(body)).into_response();
+    }
     let status = match e {
         CallbackError::Token(TokenError::InvalidName { .. }) => StatusCode::BAD_REQUEST,
-        CallbackError::Token(_) => StatusCode::UNAUTHORIZED,
+        CallbackError::Token(_) | CallbackError::CredentialSpent { .. } => StatusCode::UNAUTHORIZED,
+        CallbackError::RentalNotCurrent { .. } => StatusCode::FORBIDDEN,
         CallbackError::NotRegistered(_) => StatusCode::FORBIDDEN,
         CallbackError::NotAdoptedYet(_) => return unavailable(e.to_string()),
         CallbackError::RunnerGone { .. } => StatusCode::FORBIDDEN,
@@ -198,12 +210,16 @@ pub(super) fn no_store(mut response: Response) -> Response {
     response
 }
 
-fn session_response(session: IssuedSession) -> Response {
+/// A session, with the renewal credential of its rental.
+fn session_response(state: &Shared, session: IssuedSession) -> Response {
+    let uid = session.spiffe_id.rsplit('/').next().unwrap_or_default();
+    let credential = state.renewal(uid, session.rental);
     no_store(
         Json(TokenResponse {
             session_token: session.token.expose().to_string(),
             expires_at: session.expires_at,
             spiffe_id: session.spiffe_id,
+            credential: credential.map(|c| c.expose().to_owned()),
         })
         .into_response(),
     )
@@ -226,8 +242,8 @@ async fn token(
     };
     match state.exchange(&request.bootstrap_token) {
         Ok(session) => {
-            tracing::info!(%peer, spiffe_id = %session.spiffe_id, "callback: runner authenticated");
-            session_response(session)
+            tracing::info!(%peer, spiffe_id = %session.spiffe_id, rental = session.rental, "callback: runner authenticated");
+            session_response(&state, session)
         }
         Err(e) => {
             tracing::warn!(%peer, error = %e, "callback: token exchange refused");
@@ -253,8 +269,8 @@ async fn reauth(
     };
     match state.reauthenticate(&request.credential) {
         Ok(session) => {
-            tracing::info!(%peer, spiffe_id = %session.spiffe_id, "callback: runner re-authenticated");
-            session_response(session)
+            tracing::info!(%peer, spiffe_id = %session.spiffe_id, rental = session.rental, "callback: runner re-authenticated");
+            session_response(&state, session)
         }
         Err(e) => {
             tracing::warn!(%peer, error = %e, "callback: re-authentication refused");
@@ -263,8 +279,9 @@ async fn reauth(
     }
 }
 
-/// The binding a request's session token proves; rate limited per binding.
-pub(super) struct Authed(pub(super) String);
+/// The binding and rental a request's session token proves (the rental current); rate limited
+/// per binding.
+pub(super) struct Authed(pub(super) String, pub(super) u64);
 
 impl FromRequestParts<Arc<Shared>> for Authed {
     type Rejection = Response;
@@ -279,7 +296,7 @@ impl FromRequestParts<Arc<Shared>> for Authed {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| error(StatusCode::UNAUTHORIZED, "missing bearer session token"))?;
-        let uid = state.authenticate(bearer.trim()).map_err(|e| {
+        let (uid, rental) = state.authenticate(bearer.trim()).map_err(|e| {
             tracing::warn!(path = %parts.uri.path(), error = %e, "callback: request refused");
             refusal(&e)
         })?;
@@ -287,34 +304,34 @@ impl FromRequestParts<Arc<Shared>> for Authed {
             tracing::warn!(binding = %uid, "callback: requests rate limited");
             return Err(error(StatusCode::TOO_MANY_REQUESTS, "too many requests"));
         }
-        Ok(Self(uid))
+        Ok(Self(uid, rental))
     }
 }
 
-async fn refresh(State(state): AppState, Authed(uid): Authed) -> Response {
-    session_response(state.refresh(&uid))
+async fn refresh(State(state): AppState, Authed(uid, rental): Authed) -> Response {
+    session_response(&state, state.refresh(&uid, rental))
 }
 
-async fn workload(State(state): AppState, Authed(uid): Authed) -> Response {
-    match state.workload(&uid) {
+async fn workload(State(state): AppState, Authed(uid, rental): Authed) -> Response {
+    match state.workload(&uid, rental) {
         Ok(workload) => no_store(Json(workload).into_response()),
         Err(e) => refusal(&e),
     }
 }
 
-async fn status(State(state): AppState, Authed(uid): Authed, body: Bytes) -> Response {
+async fn status(State(state): AppState, Authed(uid, rental): Authed, body: Bytes) -> Response {
     let report: StatusReport = match serde_json::from_slice(&body) {
         Ok(report) => report,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid status: {e}")),
     };
     tracing::info!(binding = %uid, state = ?report.state, exit_code = ?report.exit_code, "callback: runner state");
-    match state.report(&uid, report).await {
+    match state.report(&uid, rental, report).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refusal(&e),
     }
 }
 
-async fn heartbeat(State(state): AppState, Authed(uid): Authed, body: Bytes) -> Response {
+async fn heartbeat(State(state): AppState, Authed(uid, rental): Authed, body: Bytes) -> Response {
     let beat = if body.iter().all(u8::is_ascii_whitespace) {
         Heartbeat::default()
     } else {
@@ -323,25 +340,33 @@ async fn heartbeat(State(state): AppState, Authed(uid): Authed, body: Bytes) -> 
             Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid heartbeat: {e}")),
         }
     };
-    match state.heartbeat(&uid, beat.state).await {
+    match state.heartbeat(&uid, rental, beat.state).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refusal(&e),
     }
 }
 
-async fn stats(State(state): AppState, Authed(uid): Authed, body: Bytes) -> Response {
+async fn stats(State(state): AppState, Authed(uid, rental): Authed, body: Bytes) -> Response {
     let stats = match serde_json::from_slice::<neocloud_protocol::WorkloadStats>(&body) {
         Ok(stats) => stats,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid stats: {e}")),
     };
-    match state.record_stats(&uid, stats) {
+    match state.record_stats(&uid, rental, stats) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refusal(&e),
     }
 }
 
-async fn logs(State(state): AppState, Authed(uid): Authed, body: Body) -> Response {
-    let append = |record| state.append_log(&uid, record).map_err(|e| e.to_string());
+async fn logs(State(state): AppState, Authed(uid, rental): Authed, body: Body) -> Response {
+    // The refusal of a rental that is no longer current keeps its code for the runner.
+    let mut refused = None;
+    let append = |record| {
+        state.append_log(&uid, rental, record).map_err(|e| {
+            let message = e.to_string();
+            refused = Some(e);
+            message
+        })
+    };
     let ingesting = ingest(body.into_data_stream(), MAX_LOG_RECORD, append);
     let mut closing = state.closing.subscribe();
     let ingested = tokio::select! {
@@ -354,7 +379,12 @@ async fn logs(State(state): AppState, Authed(uid): Authed, body: Body) -> Respon
     let status = match &ingested {
         Ok(accepted) => return Json(serde_json::json!({ "accepted": accepted })).into_response(),
         Err(IngestError::TooLong { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
-        Err(IngestError::Refused(_)) => StatusCode::FORBIDDEN,
+        Err(IngestError::Refused(_)) => {
+            if let Some(e) = refused {
+                return refusal(&e);
+            }
+            StatusCode::FORBIDDEN
+        }
         Err(IngestError::Invalid { .. } | IngestError::Read(_)) => StatusCode::BAD_REQUEST,
     };
     let message = ingested.err().map(|e| e.to_string()).unwrap_or_default();
@@ -368,3 +398,7 @@ mod tests;
 #[cfg(test)]
 #[path = "failover_tests.rs"]
 mod failover_tests;
+
+#[cfg(test)]
+#[path = "rental_tests.rs"]
+mod rental_tests;

@@ -54,8 +54,8 @@ fn workload(name: &str) -> Workload {
 async fn a_session_reaches_only_its_own_binding() {
     let (server, mut events) = start(config()).await;
     let handle = server.handle();
-    let token_a = handle.register("uid-a", workload("a")).expect("a");
-    handle.register("uid-b", workload("b")).expect("b");
+    let token_a = handle.register("uid-a", 1, workload("a")).expect("a");
+    handle.register("uid-b", 1, workload("b")).expect("b");
     let a = client(&server);
     let spiffe = a.exchange(&token_a).await.expect("exchange");
     assert_eq!(spiffe, "spiffe://neocloud.local/neocloud/binding/uid-a");
@@ -76,7 +76,7 @@ async fn a_session_reaches_only_its_own_binding() {
 async fn a_session_of_an_unregistered_binding_is_refused() {
     let (server, _events) = start(config()).await;
     let handle = server.handle();
-    let token = handle.register("uid-a", workload("a")).expect("a");
+    let token = handle.register("uid-a", 1, workload("a")).expect("a");
     let a = client(&server);
     a.exchange(&token).await.expect("exchange");
     handle.unregister("uid-a");
@@ -136,7 +136,10 @@ async fn requests_are_rate_limited_per_binding() {
     };
     let (server, _events) = start(config).await;
     let a = client(&server);
-    let token = server.handle().register("uid-a", workload("a")).expect("a");
+    let token = server
+        .handle()
+        .register("uid-a", 1, workload("a"))
+        .expect("a");
     a.exchange(&token).await.expect("exchange");
     a.heartbeat(None).await.expect("1");
     a.heartbeat(None).await.expect("2");
@@ -148,8 +151,10 @@ async fn requests_are_rate_limited_per_binding() {
 async fn silent_runner_is_reported_lost_once_and_only_after_authenticating() {
     let (server, mut events) = start(config()).await;
     let handle = server.handle();
-    let token = handle.register("uid-a", workload("a")).expect("a");
-    handle.register("never-started", workload("b")).expect("b");
+    let token = handle.register("uid-a", 1, workload("a")).expect("a");
+    handle
+        .register("never-started", 1, workload("b"))
+        .expect("b");
     client(&server).exchange(&token).await.expect("exchange");
     let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
         .await
@@ -164,7 +169,10 @@ async fn silent_runner_is_reported_lost_once_and_only_after_authenticating() {
 #[tokio::test]
 async fn heartbeats_keep_a_runner_alive() {
     let (server, mut events) = start(config()).await;
-    let token = server.handle().register("uid-a", workload("a")).expect("a");
+    let token = server
+        .handle()
+        .register("uid-a", 1, workload("a"))
+        .expect("a");
     let a = client(&server);
     a.exchange(&token).await.expect("exchange");
     for _ in 0..8 {
@@ -178,7 +186,7 @@ async fn heartbeats_keep_a_runner_alive() {
 async fn logs_are_appended_from_ndjson_and_bad_records_refused() {
     let (server, _events) = start(config()).await;
     let handle = server.handle();
-    let token = handle.register("uid-a", workload("a")).expect("a");
+    let token = handle.register("uid-a", 1, workload("a")).expect("a");
     let a = client(&server);
     a.exchange(&token).await.expect("exchange");
     let body = "{\"ts\":\"2026-01-01T00:00:00.000000001Z\",\"stream\":\"stdout\",\"line\":\"one\"}\n\
@@ -205,7 +213,10 @@ async fn logs_are_appended_from_ndjson_and_bad_records_refused() {
 #[tokio::test]
 async fn session_can_be_refreshed() {
     let (server, _events) = start(config()).await;
-    let token = server.handle().register("uid-a", workload("a")).expect("a");
+    let token = server
+        .handle()
+        .register("uid-a", 1, workload("a"))
+        .expect("a");
     let http = raw(&server);
     let session: TokenResponse = http
         .post(format!("{}/v1/token", url(&server)))
@@ -268,8 +279,8 @@ fn no_secret_appears_in_traces_errors_or_debug() {
 async fn exercise_every_path() -> Vec<String> {
     let (server, _events) = start(config()).await;
     let handle = server.handle();
-    let token = handle.register("uid-a", workload("a")).expect("a");
-    let credential = handle.credential("uid-a").expect("credential");
+    let token = handle.register("uid-a", 1, workload("a")).expect("a");
+    let credential = handle.credential("uid-a", 1).expect("credential");
     let a = client(&server).with_credential(Some(credential.clone()));
     a.exchange(&token).await.expect("exchange");
     let fetched = a.workload().await.expect("workload");
@@ -291,7 +302,7 @@ async fn exercise_every_path() -> Vec<String> {
     );
     let session = session.session_token;
     let refreshed = refreshed.session_token;
-    assert!(credential.expose().starts_with("ncr1:"), "a credential");
+    assert!(credential.expose().starts_with("ncr2:"), "a credential");
     assert_eq!(session.split('.').count(), 3, "a JWT");
     let secrets = [
         token.expose(),
@@ -315,7 +326,7 @@ async fn raw_sessions(
     server: &CallbackServer,
     handle: &CallbackHandle,
 ) -> (TokenResponse, TokenResponse) {
-    let token = handle.register("uid-b", workload("b")).expect("b");
+    let token = handle.register("uid-b", 1, workload("b")).expect("b");
     let http = raw(server);
     let base = url(server);
     let answer = |response: reqwest::Response| async move {
@@ -343,7 +354,7 @@ async fn raw_sessions(
 async fn serve_says_which_of_the_server_s_tasks_ended_and_dropping_it_stops_the_server() {
     let (server, _events) = start(config()).await;
     let runner = client(&server);
-    let token = server.handle().register("uid-a", workload("a")).unwrap();
+    let token = server.handle().register("uid-a", 1, workload("a")).unwrap();
     runner.exchange(&token).await.expect("serving");
     server.accepting.abort();
     let stopped = tokio::time::timeout(Duration::from_secs(5), server.serve())

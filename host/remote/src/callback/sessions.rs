@@ -1,8 +1,9 @@
 //! Sessions tunnelled to runners (`kubectl exec`, `kubectl port-forward`): the offers waiting
 //! for a runner's `GET /v1/sessions` long poll, the ones handed out and waiting for the runner to
 //! dial back on `GET /v1/sessions/{id}`, and those two routes' handlers. An offer belongs to one
-//! binding and is used once; it is withdrawn when its opener gives up or times out and failed
-//! when the binding is unregistered or its runner exits.
+//! rental of one binding (the current one when it was made: the runner of an earlier rental
+//! never sees it) and is used once; it is withdrawn when its opener gives up or times out and
+//! failed when the binding is unregistered, its rental replaced, or its runner exits.
 //!
 //! Not the frames spoken on a session (`neocloud_protocol::session`) nor what the kubelet API
 //! makes of them (`crate::kubelet`).
@@ -39,10 +40,14 @@ pub type SessionIo = Box<dyn SessionStream>;
 
 type Reply = oneshot::Sender<Result<SessionIo, CallbackError>>;
 
-/// Every binding's offers.
+/// Every binding's offers, per rental.
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
-    bindings: Mutex<HashMap<String, Binding>>,
+    bindings: Mutex<HashMap<(String, u64), Binding>>,
+}
+
+fn key(uid: &str, rental: u64) -> (String, u64) {
+    (uid.to_owned(), rental)
 }
 
 #[derive(Debug, Default)]
@@ -71,15 +76,17 @@ impl std::fmt::Debug for Pending {
 }
 
 impl Sessions {
-    /// Queues an offer of `request` for `uid`'s runner, within `limit` sessions at once.
+    /// Queues an offer of `request` for the runner of rental `rental` of `uid`, within `limit`
+    /// sessions at once.
     fn offer(
         &self,
         uid: &str,
+        rental: u64,
         request: SessionRequest,
         limit: usize,
     ) -> Result<Offered<'_>, CallbackError> {
         let mut bindings = self.bindings.lock();
-        let binding = bindings.entry(uid.to_owned()).or_default();
+        let binding = bindings.entry(key(uid, rental)).or_default();
         if binding.open.load(Ordering::SeqCst) >= limit {
             return Err(CallbackError::TooManySessions {
                 uid: uid.to_owned(),
@@ -102,6 +109,7 @@ impl Sessions {
         Ok(Offered {
             sessions: self,
             uid: uid.to_owned(),
+            rental,
             id,
             answer,
             slot: Some(slot),
@@ -109,17 +117,19 @@ impl Sessions {
     }
 
     /// Removes an offer wherever it is; whether the runner had taken it, if it was there.
-    fn withdraw(&self, uid: &str, id: &str) -> Option<bool> {
+    fn withdraw(&self, uid: &str, rental: u64, id: &str) -> Option<bool> {
         let mut bindings = self.bindings.lock();
-        let binding = bindings.get_mut(uid)?;
+        let binding = bindings.get_mut(&key(uid, rental))?;
         binding.queue.retain(|offer| offer.id != id);
         binding.pending.remove(id).map(|pending| pending.taken)
     }
 
-    /// The next offer for `uid`, waiting up to `wait` (or until `closing`) for one.
+    /// The next offer for rental `rental` of `uid`, waiting up to `wait` (or until `closing`)
+    /// for one.
     async fn next(
         &self,
         uid: &str,
+        rental: u64,
         wait: Duration,
         mut closing: watch::Receiver<bool>,
     ) -> Option<SessionOffer> {
@@ -127,7 +137,7 @@ impl Sessions {
         loop {
             let wake = {
                 let mut bindings = self.bindings.lock();
-                let binding = bindings.entry(uid.to_owned()).or_default();
+                let binding = bindings.entry(key(uid, rental)).or_default();
                 while let Some(offer) = binding.queue.pop_front() {
                     if let Some(pending) = binding.pending.get_mut(&offer.id) {
                         pending.taken = true;
@@ -146,31 +156,48 @@ impl Sessions {
         }
     }
 
-    /// The opener's reply channel of offer `id`, if it is `uid`'s; the offer is used up.
-    fn claim(&self, uid: &str, id: &str) -> Option<Reply> {
+    /// The opener's reply channel of offer `id`, if it is rental `rental` of `uid`'s; the offer
+    /// is used up.
+    fn claim(&self, uid: &str, rental: u64, id: &str) -> Option<Reply> {
         let mut bindings = self.bindings.lock();
-        let binding = bindings.get_mut(uid)?;
+        let binding = bindings.get_mut(&key(uid, rental))?;
         let pending = binding.pending.remove(id)?;
         binding.queue.retain(|offer| offer.id != id);
         Some(pending.reply)
     }
 
-    /// Fails every offer of `uid` waiting for its runner with `error`.
+    /// Fails every offer of `uid` (any rental) waiting for its runner with `error`.
     pub(crate) fn fail(&self, uid: &str, error: impl Fn() -> CallbackError) {
         let mut bindings = self.bindings.lock();
-        let Some(binding) = bindings.get_mut(uid) else {
-            return;
-        };
-        binding.queue.clear();
-        for (_, pending) in binding.pending.drain() {
-            let _ = pending.reply.send(Err(error()));
+        for ((of, _), binding) in bindings.iter_mut() {
+            if of != uid {
+                continue;
+            }
+            binding.queue.clear();
+            for (_, pending) in binding.pending.drain() {
+                let _ = pending.reply.send(Err(error()));
+            }
         }
+    }
+
+    /// Fails and forgets the offers of `uid`'s rentals other than `current` (replaced).
+    pub(crate) fn retire(&self, uid: &str, current: u64, error: impl Fn() -> CallbackError) {
+        let mut bindings = self.bindings.lock();
+        bindings.retain(|(of, rental), binding| {
+            if of != uid || *rental == current {
+                return true;
+            }
+            for (_, pending) in binding.pending.drain() {
+                let _ = pending.reply.send(Err(error()));
+            }
+            false
+        });
     }
 
     /// Forgets `uid` (unregistered): its waiting openers are told so.
     pub(crate) fn forget(&self, uid: &str) {
         self.fail(uid, || CallbackError::NotRegistered(uid.to_owned()));
-        self.bindings.lock().remove(uid);
+        self.bindings.lock().retain(|(of, _), _| of != uid);
     }
 }
 
@@ -195,6 +222,7 @@ impl Drop for Slot {
 struct Offered<'a> {
     sessions: &'a Sessions,
     uid: String,
+    rental: u64,
     id: String,
     answer: oneshot::Receiver<Result<SessionIo, CallbackError>>,
     slot: Option<Slot>,
@@ -212,7 +240,7 @@ impl Offered<'_> {
                 });
             }
             Err(_) => {
-                let taken = self.sessions.withdraw(&self.uid, &self.id);
+                let taken = self.sessions.withdraw(&self.uid, self.rental, &self.id);
                 let why = if taken == Some(true) {
                     "it took the offer but did not connect back"
                 } else {
@@ -234,7 +262,7 @@ impl Offered<'_> {
 
 impl Drop for Offered<'_> {
     fn drop(&mut self) {
-        self.sessions.withdraw(&self.uid, &self.id);
+        self.sessions.withdraw(&self.uid, self.rental, &self.id);
     }
 }
 
@@ -288,20 +316,23 @@ impl CallbackHandle {
         request: SessionRequest,
     ) -> Result<SessionIo, CallbackError> {
         let state = &self.0;
-        state.can_open_session(uid)?;
+        let rental = state.can_open_session(uid)?;
         let config = &state.config;
-        let offered = state
-            .sessions
-            .offer(uid, request, config.max_sessions_per_binding)?;
+        let limit = config.max_sessions_per_binding;
+        let offered = state.sessions.offer(uid, rental, request, limit)?;
         tracing::debug!(binding = uid, session = %offered.id, "callback: offered a session");
         offered.wait(config.session_open_timeout).await
     }
 }
 
-/// `GET /v1/sessions`: the binding's next offer, or 204 after [`SESSION_POLL`].
-pub(super) async fn poll(State(state): AppState, Authed(uid): Authed) -> Response {
+/// `GET /v1/sessions`: the rental's next offer, or 204 after [`SESSION_POLL`].
+pub(super) async fn poll(State(state): AppState, Authed(uid, rental): Authed) -> Response {
     let closing = state.closing.subscribe();
-    match state.sessions.next(&uid, SESSION_POLL, closing).await {
+    match state
+        .sessions
+        .next(&uid, rental, SESSION_POLL, closing)
+        .await
+    {
         Some(offer) => {
             tracing::debug!(binding = %uid, session = %offer.id, "callback: handed out a session");
             no_store(Json(offer).into_response())
@@ -313,7 +344,7 @@ pub(super) async fn poll(State(state): AppState, Authed(uid): Authed) -> Respons
 /// `GET /v1/sessions/{id}` with `Upgrade`: 101, and the connection goes to the opener.
 pub(super) async fn dial(
     State(state): AppState,
-    Authed(uid): Authed,
+    Authed(uid, rental): Authed,
     Path(id): Path<String>,
     mut request: Request,
 ) -> Response {
@@ -331,7 +362,7 @@ pub(super) async fn dial(
         );
     };
     // Another binding's session is as unknown as one that never was.
-    let Some(reply) = state.sessions.claim(&uid, &id) else {
+    let Some(reply) = state.sessions.claim(&uid, rental, &id) else {
         return error(StatusCode::NOT_FOUND, "no such session");
     };
     tokio::spawn(async move {

@@ -63,7 +63,7 @@ impl Rig {
     async fn runner(&self, uid: &str, polling: bool) -> Runner {
         let token = self
             .handle
-            .register(uid, Workload::default())
+            .register(uid, 1, Workload::default())
             .expect("register");
         let url = format!("https://127.0.0.1:{}", self.server.local_addr().port());
         let client = CallbackClient::new(&url, self.server.cert_pem().as_bytes()).expect("client");
@@ -312,7 +312,7 @@ async fn a_binding_whose_runner_does_not_poll_times_out_clearly_and_leaves_nothi
     );
     assert!(message.contains("not polling for sessions"), "{message}");
     let bindings = rig.handle.0.sessions.bindings.lock();
-    let binding = bindings.get("uid-a").expect("binding");
+    let binding = bindings.get(&("uid-a".to_owned(), 1)).expect("binding");
     assert!(binding.queue.is_empty() && binding.pending.is_empty());
     assert_eq!(binding.open.load(Ordering::SeqCst), 0);
 }
@@ -327,7 +327,7 @@ async fn an_opener_that_gives_up_withdraws_its_offer() {
     let gave_up = tokio::time::timeout(Duration::from_millis(100), open).await;
     assert!(gave_up.is_err());
     let bindings = rig.handle.0.sessions.bindings.lock();
-    let binding = bindings.get("uid-a").expect("binding");
+    let binding = bindings.get(&("uid-a".to_owned(), 1)).expect("binding");
     assert!(binding.queue.is_empty() && binding.pending.is_empty());
     assert_eq!(binding.open.load(Ordering::SeqCst), 0);
 }

@@ -1,8 +1,16 @@
-//! The callback's state: registered (or, after a restart, adopted) bindings with their
-//! workload, log, last known runner state and liveness, the token stores, and the heartbeat
-//! monitor that reports silent runners as `Lost`.
+//! The callback's state: registered (or, after a restart, adopted) bindings with their current
+//! rental, workload, log, last known runner state and liveness, the token stores, and the
+//! heartbeat monitor that reports silent runners as `Lost`.
 //!
-//! Not HTTP: the server's handlers call these methods with the uid a session token proved.
+//! A binding's rental is its runner generation: the node takes the next one each time it boots
+//! a runner for the binding (and keeps it in the binding's status, so a new leader adopts the
+//! same). Every call of a runner names its rental (its session, bootstrap token or credential
+//! does), and one of a rental that is no longer current, because it was replaced or its runner
+//! declared lost, is refused as [`RentalNotCurrent`](CallbackError::RentalNotCurrent) before it
+//! touches anything: the runner of an old machine that comes back changes nothing of the new one.
+//!
+//! Not HTTP: the server's handlers call these methods with the uid and rental a session token
+//! proved.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -14,15 +22,20 @@ use futures::stream::BoxStream;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
+use super::credential::{CredentialKind, Verified};
 use super::logs::{LogBuffer, LogLine, LogOptions};
 use super::ratelimit::Limiter;
 use super::sessions::Sessions;
-use super::tokens::{BootstrapToken, BootstrapTokens, IssuedSession, Secret, SessionSigner};
+use super::tokens::{
+    BootstrapToken, BootstrapTokens, IssuedSession, Secret, SessionSigner, unix_now,
+};
 use super::{CallbackConfig, CallbackError, RunnerEvent, RunnerEventKind};
 use super::{LogRecord, RunnerState, StatusReport, Workload};
 
 #[derive(Debug)]
 struct Entry {
+    /// The current rental: only its runner is believed.
+    rental: u64,
     workload: Workload,
     logs: Arc<LogBuffer>,
     /// Set when the runner first authenticates, refreshed by heartbeats and reports.
@@ -33,13 +46,16 @@ struct Entry {
     awaited: bool,
     lost: bool,
     exited: bool,
+    /// The rental's runner has made a call with a session: its boot credential is spent.
+    called_in: bool,
     /// What the workload used when the runner last said.
     stats: Option<neocloud_protocol::WorkloadStats>,
 }
 
 impl Entry {
-    fn new(workload: Workload, logs: LogBuffer) -> Self {
+    fn new(rental: u64, workload: Workload, logs: LogBuffer) -> Self {
         Self {
+            rental,
             workload,
             logs: Arc::new(logs),
             last_seen: None,
@@ -47,6 +63,7 @@ impl Entry {
             awaited: false,
             lost: false,
             exited: false,
+            called_in: false,
             stats: None,
         }
     }
@@ -76,42 +93,70 @@ pub(crate) struct State {
 pub struct CallbackHandle(pub(crate) Arc<State>);
 
 impl CallbackHandle {
-    /// Registers (or re-registers) a binding's workload and returns a fresh one-time bootstrap
-    /// token for its `user_data`. Re-registering replaces the workload, invalidates the previous
-    /// bootstrap token, starts an empty log and clears `Lost`.
-    pub fn register(&self, uid: &str, workload: Workload) -> Result<BootstrapToken, CallbackError> {
-        let token = self.0.bootstrap.issue(uid)?;
-        let entry = Entry::new(workload, LogBuffer::new(self.0.config.log_limits));
-        if let Some(old) = self.0.bindings.lock().insert(uid.to_string(), entry) {
+    /// Registers rental `rental` of a binding with its workload and returns a fresh one-time
+    /// bootstrap token for its `user_data`. Re-registering replaces the workload, invalidates
+    /// the previous bootstrap token, starts an empty log and clears `Lost`; with another rental,
+    /// the earlier rental's runner is refused from then on (its sessions, credentials and
+    /// waiting session offers are void).
+    pub fn register(
+        &self,
+        uid: &str,
+        rental: u64,
+        workload: Workload,
+    ) -> Result<BootstrapToken, CallbackError> {
+        let token = self.0.bootstrap.issue(uid, rental)?;
+        let entry = Entry::new(rental, workload, LogBuffer::new(self.0.config.log_limits));
+        let old = self.0.bindings.lock().insert(uid.to_string(), entry);
+        if let Some(old) = old {
             old.logs.close();
+            if old.rental != rental {
+                self.0
+                    .sessions
+                    .retire(uid, rental, || CallbackError::RunnerGone {
+                        uid: uid.to_owned(),
+                        how: "been replaced by another rental",
+                    });
+            }
         }
-        tracing::debug!(binding = uid, "callback: registered a workload");
+        tracing::debug!(binding = uid, rental, "callback: registered a workload");
         Ok(token)
     }
 
-    /// The binding's re-authentication credential, for its `user_data`: any replica sharing
-    /// this node's keys accepts it while the binding is registered and its runner not lost.
-    pub fn credential(&self, uid: &str) -> Result<Secret, CallbackError> {
+    /// The boot credential of rental `rental` of a binding, for its `user_data`: any replica
+    /// sharing this node's keys accepts it as long as the bootstrap token lives, while the
+    /// rental is current and until its runner has called in (then it is spent).
+    pub fn credential(&self, uid: &str, rental: u64) -> Result<Secret, CallbackError> {
         let config = &self.0.config;
-        Ok(config.keys.credential(&config.trust_domain, uid)?)
+        let not_after = unix_now() + config.bootstrap_ttl.as_secs() as i64;
+        let kind = CredentialKind::Boot;
+        Ok(config
+            .keys
+            .credential(&config.trust_domain, uid, rental, kind, not_after)?)
     }
 
-    /// Takes over a binding registered by an earlier process (this one has no bootstrap token
-    /// for it). With `state` (the runner had reported it, as the Pod shows) the runner has the
-    /// heartbeat timeout from now to call in before it is `Lost`; without, it is booting and
-    /// the node's boot timeout applies. Returns false, changing nothing, if the binding is
-    /// already registered here.
-    pub fn adopt(&self, uid: &str, workload: Workload, state: Option<RunnerState>) -> bool {
+    /// Takes over rental `rental` of a binding registered by an earlier process (this one has
+    /// no bootstrap token for it). With `state` (the runner had reported it, as the Pod shows)
+    /// the runner has the heartbeat timeout from now to call in before it is `Lost`, and its
+    /// boot credential is spent; without, it is booting and the node's boot timeout applies.
+    /// Returns false, changing nothing, if the binding is already registered here.
+    pub fn adopt(
+        &self,
+        uid: &str,
+        rental: u64,
+        workload: Workload,
+        state: Option<RunnerState>,
+    ) -> bool {
         let mut bindings = self.0.bindings.lock();
         if bindings.contains_key(uid) {
             return false;
         }
-        let mut entry = Entry::new(workload, LogBuffer::new(self.0.config.log_limits));
+        let mut entry = Entry::new(rental, workload, LogBuffer::new(self.0.config.log_limits));
         entry.state = state;
         entry.last_seen = state.map(|_| Instant::now());
+        entry.called_in = state.is_some();
         entry.awaited = true;
         bindings.insert(uid.to_string(), entry);
-        tracing::info!(binding = uid, ?state, "callback: adopted a binding");
+        tracing::info!(binding = uid, rental, ?state, "callback: adopted a binding");
         true
     }
 
@@ -185,55 +230,77 @@ impl State {
         Ok(entry.logs.clone())
     }
 
-    /// Exchanges a bootstrap token for a session; the binding must still be registered.
+    /// Exchanges a bootstrap token for a session; its rental must still be current.
     pub fn exchange(&self, bootstrap: &str) -> Result<IssuedSession, CallbackError> {
-        let uid = self.bootstrap.consume(bootstrap)?;
+        let (uid, rental) = self.bootstrap.consume(bootstrap)?;
         let mut bindings = self.bindings.lock();
-        let entry = bindings
-            .get_mut(&uid)
-            .ok_or_else(|| CallbackError::NotRegistered(uid.clone()))?;
+        let entry = current(&mut bindings, &uid, rental)?;
         entry.last_seen = Some(Instant::now());
-        Ok(self.signer.issue(&uid))
+        Ok(self.signer.issue(&uid, rental))
     }
 
-    /// Issues a fresh session for a binding whose current session is still valid.
-    pub fn refresh(&self, uid: &str) -> IssuedSession {
-        self.signer.issue(uid)
+    /// Issues a fresh session for a rental whose current session is still valid.
+    pub fn refresh(&self, uid: &str, rental: u64) -> IssuedSession {
+        self.signer.issue(uid, rental)
     }
 
-    /// Exchanges a re-authentication credential for a session; the binding must be registered
-    /// (or adopted) and its runner not lost.
+    /// The renewal credential handed out with `session`: it lets the runner get a new session
+    /// from any replica for [`renewal_ttl`](super::CallbackConfig::renewal_ttl), while its
+    /// rental is current.
+    pub fn renewal(&self, uid: &str, rental: u64) -> Option<Secret> {
+        let config = &self.config;
+        let not_after = unix_now() + config.renewal_ttl.as_secs() as i64;
+        let kind = CredentialKind::Renewal;
+        let made = config
+            .keys
+            .credential(&config.trust_domain, uid, rental, kind, not_after);
+        made.ok()
+    }
+
+    /// Exchanges a re-authentication credential for a session: its rental must be registered
+    /// (or adopted) and current, and a boot credential not spent (the rental's runner has not
+    /// called in yet).
     pub fn reauthenticate(&self, credential: &str) -> Result<IssuedSession, CallbackError> {
         let config = &self.config;
-        let uid = config.keys.verify(&config.trust_domain, credential)?;
-        self.live(uid.clone())?;
-        self.touch(&uid, |_| ())?;
-        Ok(self.signer.issue(&uid))
+        let verified = config
+            .keys
+            .verify(&config.trust_domain, credential, unix_now())?;
+        let Verified { uid, rental, kind } = verified;
+        self.live(&uid, rental)?;
+        let mut bindings = self.bindings.lock();
+        let entry = current(&mut bindings, &uid, rental)?;
+        if kind == CredentialKind::Boot && entry.called_in {
+            return Err(CallbackError::CredentialSpent { uid, rental });
+        }
+        entry.last_seen = Some(Instant::now());
+        Ok(self.signer.issue(&uid, rental))
     }
 
-    /// The binding a session token names, if that binding is registered and not lost.
-    pub fn authenticate(&self, session: &str) -> Result<String, CallbackError> {
-        let uid = self.signer.verify(session)?;
-        self.live(uid)
+    /// The binding and rental a session token names, if that rental is current (registered,
+    /// not replaced, its runner not lost).
+    pub fn authenticate(&self, session: &str) -> Result<(String, u64), CallbackError> {
+        let (uid, rental) = self.signer.verify(session)?;
+        self.live(&uid, rental)?;
+        Ok((uid, rental))
     }
 
-    /// `uid` if it is registered and its runner not lost. An unknown binding is
+    /// Whether rental `rental` of `uid` is current. An unknown binding is
     /// [`NotAdoptedYet`](CallbackError::NotAdoptedYet) within the adoption window.
-    fn live(&self, uid: String) -> Result<String, CallbackError> {
-        let bindings = self.bindings.lock();
-        match bindings.get(&uid) {
-            Some(entry) if !entry.lost => Ok(uid),
-            Some(_) => Err(CallbackError::NotRegistered(uid)),
-            None if self.adopting() && !self.forgotten.lock().contains(&uid) => {
+    fn live(&self, uid: &str, rental: u64) -> Result<(), CallbackError> {
+        let mut bindings = self.bindings.lock();
+        match current(&mut bindings, uid, rental) {
+            Err(CallbackError::NotRegistered(uid))
+                if self.adopting() && !self.forgotten.lock().contains(&uid) =>
+            {
                 Err(CallbackError::NotAdoptedYet(uid))
             }
-            None => Err(CallbackError::NotRegistered(uid)),
+            other => other.map(|_| ()),
         }
     }
 
     /// Whether a session may be offered to `uid`'s runner: registered, and neither exited nor
-    /// lost.
-    pub fn can_open_session(&self, uid: &str) -> Result<(), CallbackError> {
+    /// lost. Returns the current rental, whose runner alone may take the offer.
+    pub fn can_open_session(&self, uid: &str) -> Result<u64, CallbackError> {
         let bindings = self.bindings.lock();
         let entry = bindings
             .get(uid)
@@ -247,21 +314,22 @@ impl State {
         } else if entry.lost {
             Err(gone("been declared lost"))
         } else {
-            Ok(())
+            Ok(entry.rental)
         }
     }
 
-    pub fn workload(&self, uid: &str) -> Result<Workload, CallbackError> {
-        self.touch(uid, |entry| entry.workload.clone())
+    pub fn workload(&self, uid: &str, rental: u64) -> Result<Workload, CallbackError> {
+        self.touch(uid, rental, |entry| entry.workload.clone())
     }
 
     /// A usage sample from the runner (also a sign of life).
     pub fn record_stats(
         &self,
         uid: &str,
+        rental: u64,
         stats: neocloud_protocol::WorkloadStats,
     ) -> Result<(), CallbackError> {
-        self.touch(uid, |entry| entry.stats = Some(stats))
+        self.touch(uid, rental, |entry| entry.stats = Some(stats))
     }
 
     /// A sign of life; a `state` further along than the one known (a node that took over knows
@@ -269,9 +337,10 @@ impl State {
     pub async fn heartbeat(
         &self,
         uid: &str,
+        rental: u64,
         state: Option<RunnerState>,
     ) -> Result<(), CallbackError> {
-        let news = self.touch(uid, |entry| match state {
+        let news = self.touch(uid, rental, |entry| match state {
             Some(s) if s != RunnerState::Exited && rank(Some(s)) > rank(entry.state) => {
                 entry.state = Some(s);
                 Some(s)
@@ -284,16 +353,21 @@ impl State {
                 exit_code: None,
                 message: Some("told with a heartbeat".into()),
             };
-            self.emit(uid, RunnerEventKind::State(report)).await;
+            self.emit(uid, rental, RunnerEventKind::State(report)).await;
         }
         Ok(())
     }
 
     /// A state report. A repeat of the state already known (a runner retrying a report whose
     /// answer it lost, as across a leader change) is a sign of life and no news.
-    pub async fn report(&self, uid: &str, report: StatusReport) -> Result<(), CallbackError> {
+    pub async fn report(
+        &self,
+        uid: &str,
+        rental: u64,
+        report: StatusReport,
+    ) -> Result<(), CallbackError> {
         let exited = report.state == RunnerState::Exited;
-        let (logs, repeat) = self.touch(uid, |entry| {
+        let (logs, repeat) = self.touch(uid, rental, |entry| {
             let repeat = entry.state == Some(report.state);
             entry.exited |= exited;
             entry.state = Some(report.state);
@@ -310,21 +384,36 @@ impl State {
             tracing::debug!(binding = uid, state = ?report.state, "callback: a repeated report");
             return Ok(());
         }
-        self.emit(uid, RunnerEventKind::State(report)).await;
+        self.emit(uid, rental, RunnerEventKind::State(report)).await;
         Ok(())
     }
 
-    pub fn append_log(&self, uid: &str, record: LogRecord) -> Result<(), CallbackError> {
-        self.logs(uid)?.append(record);
+    /// Appends a log record of rental `rental`'s runner.
+    pub fn append_log(
+        &self,
+        uid: &str,
+        rental: u64,
+        record: LogRecord,
+    ) -> Result<(), CallbackError> {
+        let logs = current(&mut self.bindings.lock(), uid, rental)?
+            .logs
+            .clone();
+        logs.append(record);
         Ok(())
     }
 
-    fn touch<T>(&self, uid: &str, f: impl FnOnce(&mut Entry) -> T) -> Result<T, CallbackError> {
+    /// Runs `f` on the entry of a call of rental `rental`'s runner, if that rental is current;
+    /// the call is a sign of life and spends the rental's boot credential.
+    fn touch<T>(
+        &self,
+        uid: &str,
+        rental: u64,
+        f: impl FnOnce(&mut Entry) -> T,
+    ) -> Result<T, CallbackError> {
         let mut bindings = self.bindings.lock();
-        let entry = bindings
-            .get_mut(uid)
-            .ok_or_else(|| CallbackError::NotRegistered(uid.to_string()))?;
+        let entry = current(&mut bindings, uid, rental)?;
         entry.last_seen = Some(Instant::now());
+        entry.called_in = true;
         if std::mem::take(&mut entry.awaited) {
             tracing::info!(
                 binding = uid,
@@ -334,9 +423,10 @@ impl State {
         Ok(f(entry))
     }
 
-    async fn emit(&self, uid: &str, kind: RunnerEventKind) {
+    async fn emit(&self, uid: &str, rental: u64, kind: RunnerEventKind) {
         let event = RunnerEvent {
             uid: uid.to_string(),
+            rental,
             kind,
         };
         if self.events.send(event).await.is_err() {
@@ -344,8 +434,8 @@ impl State {
         }
     }
 
-    /// Marks silent runners lost and returns their uids.
-    fn sweep_silent(&self, now: Instant) -> Vec<String> {
+    /// Marks silent runners lost and returns their uids and rentals.
+    fn sweep_silent(&self, now: Instant) -> Vec<(String, u64)> {
         let timeout = self.config.heartbeat_timeout;
         let mut bindings = self.bindings.lock();
         let mut lost = Vec::new();
@@ -356,11 +446,34 @@ impl State {
             if silent && !entry.lost && !entry.exited {
                 entry.lost = true;
                 entry.logs.close();
-                lost.push(uid.clone());
+                lost.push((uid.clone(), entry.rental));
             }
         }
         lost
     }
+}
+
+/// The entry of `uid` if `rental` is its current rental and its runner not lost.
+fn current<'a>(
+    bindings: &'a mut HashMap<String, Entry>,
+    uid: &str,
+    rental: u64,
+) -> Result<&'a mut Entry, CallbackError> {
+    let entry = bindings
+        .get_mut(uid)
+        .ok_or_else(|| CallbackError::NotRegistered(uid.to_string()))?;
+    let why = if entry.rental != rental {
+        format!("the binding's current rental is {}", entry.rental)
+    } else if entry.lost {
+        "its runner was declared lost (silent past the heartbeat timeout)".to_owned()
+    } else {
+        return Ok(entry);
+    };
+    Err(CallbackError::RentalNotCurrent {
+        uid: uid.to_string(),
+        rental,
+        why,
+    })
 }
 
 /// How far along a state is: unknown, starting, running, exited.
@@ -383,13 +496,13 @@ pub(crate) async fn monitor_heartbeats(state: Weak<State>, timeout: Duration) {
         let Some(state) = state.upgrade() else {
             return;
         };
-        for uid in state.sweep_silent(Instant::now()) {
+        for (uid, rental) in state.sweep_silent(Instant::now()) {
             tracing::warn!(binding = %uid, "callback: runner sent no heartbeat in time; lost");
             state.sessions.fail(&uid, || CallbackError::RunnerGone {
                 uid: uid.clone(),
                 how: "been declared lost",
             });
-            state.emit(&uid, RunnerEventKind::Lost).await;
+            state.emit(&uid, rental, RunnerEventKind::Lost).await;
         }
     }
 }

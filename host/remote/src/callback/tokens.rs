@@ -1,13 +1,20 @@
 //! The runner's credentials: one-time bootstrap tokens (carried in a VM's `user_data`) and the
 //! short-lived session tokens a runner gets in exchange for one.
 //!
-//! A bootstrap token is 32 random bytes, base64url without padding, bound to one binding. Only
-//! its SHA-256 is kept; it expires after a few minutes and is removed when consumed, so reading
-//! `user_data` later yields nothing usable. A session token is a compact HS256 JWT (made and
-//! checked by `jsonwebtoken`, which refuses any other algorithm, `none` included) whose subject
-//! is the binding's SPIFFE ID (`spiffe://<trust-domain>/neocloud/binding/<uid>`), signed with a
-//! key derived from the node's runner identity ([`super::credential::RunnerKeys`]), which every
-//! replica shares: a session outlives a restart or a leader change, until the key is rotated.
+//! A bootstrap token is 32 random bytes, base64url without padding, bound to one rental of one
+//! binding. Only its SHA-256 is kept; it expires after a few minutes (the boot timeout and the
+//! time renting may take) and is removed when consumed. The other secret of `user_data`, the
+//! boot credential ([`super::credential`]), expires with it and is spent once the rental's runner
+//! has called in, so reading `user_data` later (a console, a snapshot, the metadata service, a
+//! workload on the machine) yields nothing usable, and a rental that was replaced is refused
+//! whatever it holds. A session token is a compact HS256 JWT (made and checked by
+//! `jsonwebtoken`, which refuses any other algorithm, `none` included) whose subject is the
+//! binding's SPIFFE ID (`spiffe://<trust-domain>/neocloud/binding/<uid>`) and whose `rental`
+//! claim names the rental (the binding's runner generation; 0 in sessions from before rentals
+//! were named), signed with a key derived from the node's runner identity
+//! ([`super::credential::RunnerKeys`]), which every replica shares: a session outlives a restart
+//! or a leader change, until the key is rotated, and is accepted only while its rental is the
+//! binding's current one.
 //!
 //! Not HTTP and not authorization of routes: the server maps tokens to bindings with these types.
 
@@ -29,6 +36,8 @@ pub use neocloud_protocol::{BootstrapToken, Secret, SessionToken, unix_now};
 pub const DEFAULT_BOOTSTRAP_TTL: Duration = Duration::from_secs(10 * 60);
 /// How long a session token is valid unless configured otherwise.
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(15 * 60);
+/// How long a renewal credential is valid unless configured otherwise.
+pub const DEFAULT_RENEWAL_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Clock skew tolerated when checking a session's `iat` and `exp`.
 pub const CLOCK_SKEW: Duration = Duration::from_secs(30);
 
@@ -62,7 +71,8 @@ pub enum TokenError {
         /// This node's trust domain.
         expected: String,
     },
-    /// The re-authentication credential is not `ncr1:<key id>:<uid>:<mac>`.
+    /// The re-authentication credential is not
+    /// `ncr2:<key id>:<uid>:<rental>:<kind>:<not after>:<mac>`.
     #[error("re-authentication credential is malformed")]
     MalformedCredential,
     /// The credential's MAC does not match its binding (forged, or another binding's).
@@ -71,6 +81,15 @@ pub enum TokenError {
     /// The credential was made with a key that is no longer the node's (rotated away).
     #[error("re-authentication credential was made with a rotated-away key")]
     StaleCredential,
+    /// The credential's lifetime is over.
+    #[error("re-authentication credential has expired")]
+    ExpiredCredential,
+    /// An `ncr1` credential: it named no rental and never expired, so it is no longer accepted.
+    #[error(
+        "re-authentication credential is of the retired format ncr1 (it names no rental and \
+         never expires): no longer accepted"
+    )]
+    RetiredCredential,
     /// A binding uid or trust domain that cannot be part of a SPIFFE ID.
     #[error("invalid {what} {value:?}: only ASCII letters, digits, '.', '-' and '_' are allowed")]
     InvalidName {
@@ -101,6 +120,7 @@ pub fn check_name(what: &'static str, value: &str) -> Result<(), TokenError> {
 #[derive(Debug)]
 struct Pending {
     uid: String,
+    rental: u64,
     hash: [u8; 32],
     expires: Instant,
 }
@@ -128,13 +148,13 @@ impl BootstrapTokens {
         }
     }
 
-    /// Issues a fresh token for `uid`, replacing any unused one. Calling it twice leaves only
-    /// the second token valid.
-    pub fn issue(&self, uid: &str) -> Result<BootstrapToken, TokenError> {
-        self.issue_at(uid, Instant::now())
+    /// Issues a fresh token for rental `rental` of `uid`, replacing any unused one. Calling it
+    /// twice leaves only the second token valid.
+    pub fn issue(&self, uid: &str, rental: u64) -> Result<BootstrapToken, TokenError> {
+        self.issue_at(uid, rental, Instant::now())
     }
 
-    fn issue_at(&self, uid: &str, now: Instant) -> Result<BootstrapToken, TokenError> {
+    fn issue_at(&self, uid: &str, rental: u64, now: Instant) -> Result<BootstrapToken, TokenError> {
         check_name("binding uid", uid)?;
         let mut raw = [0u8; 32];
         rand::rng().fill_bytes(&mut raw);
@@ -143,6 +163,7 @@ impl BootstrapTokens {
         inner.pending.retain(|p| p.uid != uid);
         inner.pending.push(Pending {
             uid: uid.to_string(),
+            rental,
             hash: sha256(&token),
             expires: now + self.ttl,
         });
@@ -154,12 +175,12 @@ impl BootstrapTokens {
         self.inner.lock().pending.retain(|p| p.uid != uid);
     }
 
-    /// Exchanges a token for the uid it is bound to; the token is gone afterwards.
-    pub fn consume(&self, token: &str) -> Result<String, TokenError> {
+    /// Exchanges a token for the uid and rental it is bound to; the token is gone afterwards.
+    pub fn consume(&self, token: &str) -> Result<(String, u64), TokenError> {
         self.consume_at(token, Instant::now())
     }
 
-    fn consume_at(&self, token: &str, now: Instant) -> Result<String, TokenError> {
+    fn consume_at(&self, token: &str, now: Instant) -> Result<(String, u64), TokenError> {
         let hash = sha256(token);
         let mut inner = self.inner.lock();
         inner.consumed.retain(|(_, until)| *until > now);
@@ -176,7 +197,7 @@ impl BootstrapTokens {
                 return Err(TokenError::ExpiredBootstrap);
             }
             inner.consumed.push((hash, pending.expires));
-            return Ok(pending.uid);
+            return Ok((pending.uid, pending.rental));
         }
         let replayed = inner
             .consumed
@@ -203,6 +224,9 @@ pub fn fingerprint(token: &str) -> String {
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
     sub: String,
+    /// The rental; absent (0) in sessions issued before rentals were named.
+    #[serde(default)]
+    rental: u64,
     iat: i64,
     exp: i64,
     jti: String,
@@ -217,6 +241,8 @@ pub struct IssuedSession {
     pub expires_at: i64,
     /// The subject: the binding's SPIFFE ID.
     pub spiffe_id: String,
+    /// The rental it is for.
+    pub rental: u64,
 }
 
 /// Issues and verifies session tokens (HS256 JWTs, by `jsonwebtoken`) with an HMAC key.
@@ -260,16 +286,18 @@ impl SessionSigner {
         format!("spiffe://{}/neocloud/binding/{uid}", self.trust_domain)
     }
 
-    /// A new session for `uid` (checked by [`check_name`] when its bootstrap token was issued).
-    pub fn issue(&self, uid: &str) -> IssuedSession {
-        self.issue_at(uid, unix_now())
+    /// A new session for rental `rental` of `uid` (checked by [`check_name`] when its bootstrap
+    /// token was issued).
+    pub fn issue(&self, uid: &str, rental: u64) -> IssuedSession {
+        self.issue_at(uid, rental, unix_now())
     }
 
-    fn issue_at(&self, uid: &str, now: i64) -> IssuedSession {
+    fn issue_at(&self, uid: &str, rental: u64, now: i64) -> IssuedSession {
         let mut jti = [0u8; 16];
         rand::rng().fill_bytes(&mut jti);
         let claims = Claims {
             sub: self.spiffe_id(uid),
+            rental,
             iat: now,
             exp: now + self.ttl.as_secs() as i64,
             jti: hex::encode(jti),
@@ -281,15 +309,16 @@ impl SessionSigner {
             token: Secret::new(token),
             expires_at: claims.exp,
             spiffe_id: claims.sub,
+            rental,
         }
     }
 
-    /// Checks a session token and returns the binding uid it names.
-    pub fn verify(&self, token: &str) -> Result<String, TokenError> {
+    /// Checks a session token and returns the binding uid and the rental it names.
+    pub fn verify(&self, token: &str) -> Result<(String, u64), TokenError> {
         self.verify_at(token, unix_now())
     }
 
-    fn verify_at(&self, token: &str, now: i64) -> Result<String, TokenError> {
+    fn verify_at(&self, token: &str, now: i64) -> Result<(String, u64), TokenError> {
         // `jsonwebtoken` checks `exp` against the system clock; `now` (for tests) is checked
         // here, as is `iat`, which it does not check.
         let mut validation = Validation::new(Algorithm::HS256);
@@ -305,7 +334,7 @@ impl SessionSigner {
         if claims.iat > now + skew {
             return Err(TokenError::SessionNotYetValid);
         }
-        self.binding_of(&claims.sub)
+        Ok((self.binding_of(&claims.sub)?, claims.rental))
     }
 
     fn binding_of(&self, sub: &str) -> Result<String, TokenError> {

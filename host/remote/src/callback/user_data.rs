@@ -1,13 +1,22 @@
 //! The cloud-init `user_data` that starts the runner on a rented VM.
 //!
-//! It carries the callback URL, the certificate to trust, the binding's bootstrap token and its
-//! re-authentication credential. The token is one-time and expires within minutes. The
-//! credential is not: it lets the runner get a new session from whichever replica leads after
-//! a restart or failover, for this one binding, while the binding lives and until the node's
-//! runner identity is rotated; so whoever can read this `user_data` later (the cloud's
-//! metadata service, a console, a snapshot) can act as this binding's runner. Both reach the
-//! runner through its systemd unit's environment, not its command line, so neither is on the
-//! VM's process list.
+//! It carries the callback URL, the certificate to trust, the rental's bootstrap token and its
+//! boot credential. The token is one-time and expires with the boot timeout (and the time
+//! renting may take). The credential lets the runner get a session from whichever replica leads
+//! if the node restarted before the token was used; it names this rental of this binding,
+//! expires with the token, and is spent once the runner has called in (from then on the runner
+//! renews with the credential it was handed with its session, which lives in its memory only).
+//! So whoever reads this `user_data` later (the cloud's metadata service, a console, a
+//! snapshot, cloud-init's copy on the VM) gets nothing usable, and the runner of a rental that
+//! was replaced is refused whatever it holds.
+//!
+//! Both reach the runner in a secrets file of mode 0600 that it reads and deletes at start
+//! (its `--secrets-file`): not on its command line (the VM's process list), not in its
+//! environment (its `/proc/<pid>/environ`, which a process workload of the same user can read,
+//! or a transient unit's `Environment=`, which `systemctl show` prints to anyone). On a VM,
+//! cloud-init writes the file (`write_files`, root, 0600, under `/run`); in a container, where
+//! the provider can only pass environment, the start command moves them from its environment
+//! into the file and unsets them before it `exec`s the runner.
 //!
 //! Not how the runner binary gets onto an image that lacks it beyond an optional download with a
 //! mandatory SHA-256 check.
@@ -61,9 +70,32 @@ pub struct RunnerDownload {
     pub sha256: String,
 }
 
+/// Where cloud-init writes the runner's secrets file on a VM (`/run` is a tmpfs: never on disk).
+pub const VM_SECRETS_FILE: &str = "/run/neocloud-runner/secrets";
+/// Where a container's start command writes it.
+pub const CONTAINER_SECRETS_FILE: &str = "/tmp/.neocloud-runner-secrets";
+
 #[derive(Serialize)]
 struct CloudConfig {
+    write_files: Vec<WriteFile>,
     runcmd: Vec<Vec<String>>,
+}
+
+#[derive(Serialize)]
+struct WriteFile {
+    path: String,
+    owner: String,
+    permissions: String,
+    content: String,
+}
+
+/// The secrets file's content: `NAME=value` lines.
+fn secrets(token: &BootstrapToken, credential: &Secret) -> String {
+    format!(
+        "{BOOTSTRAP_TOKEN_ENV}={}\n{CREDENTIAL_ENV}={}\n",
+        token.expose(),
+        credential.expose()
+    )
 }
 
 /// Renders `#cloud-config` whose `runcmd` starts `neocloud-runner` as a transient systemd
@@ -92,8 +124,9 @@ pub fn render_user_data(
         );
         runcmd.push(vec!["sh".into(), "-c".into(), script]);
     }
-    // The token and the credential reach the runner through its unit's environment, not its
-    // command line: they are not on the VM's process list while it runs.
+    // The token and the credential reach the runner in a file it reads and deletes: not on its
+    // command line (the process list), not in its unit's environment (`systemctl show`) or its
+    // own (`/proc/<pid>/environ`). Only the file's path is on the command line.
     let mut start: Vec<String> = [
         "systemd-run",
         "--unit=neocloud-runner",
@@ -102,10 +135,6 @@ pub fn render_user_data(
     ]
     .map(String::from)
     .into();
-    start.extend([
-        format!("--setenv={BOOTSTRAP_TOKEN_ENV}={}", token.expose()),
-        format!("--setenv={CREDENTIAL_ENV}={}", credential.expose()),
-    ]);
     start.extend(runner_argv(
         path,
         callback_url,
@@ -114,8 +143,19 @@ pub fn render_user_data(
         Some(&options.network),
         options.heartbeat_interval,
     ));
+    start.extend(["--secrets-file".to_owned(), VM_SECRETS_FILE.to_owned()]);
     runcmd.push(start);
-    let yaml = serde_yaml::to_string(&CloudConfig { runcmd }).unwrap_or_default();
+    let write_files = vec![WriteFile {
+        path: VM_SECRETS_FILE.to_owned(),
+        owner: "root:root".to_owned(),
+        permissions: "0600".to_owned(),
+        content: secrets(token, credential),
+    }];
+    let config = CloudConfig {
+        write_files,
+        runcmd,
+    };
+    let yaml = serde_yaml::to_string(&config).unwrap_or_default();
     format!("#cloud-config\n{yaml}")
 }
 
@@ -161,7 +201,10 @@ pub const CONTAINER_RUNNER_PATH: &str = "/tmp/neocloud-runner";
 /// needs `sh` (and `sha256sum` to download): an image without them is run without the runner
 /// (the Pod's `cloud.aibrix.ai/runner: "false"`).
 ///
-/// The token and the credential are in the returned environment, not in the command.
+/// The token and the credential are in the returned environment, not in the command; the
+/// script writes them into [`CONTAINER_SECRETS_FILE`] (mode 0600) and unsets them before it
+/// `exec`s the runner, so the runner's (the container's main process's) environment, which the
+/// workload could read in `/proc/1/environ`, holds neither.
 pub fn render_container_start(
     callback_url: &str,
     ca_pem: &str,
@@ -199,7 +242,14 @@ pub fn render_container_start(
         options.heartbeat_interval,
     );
     let words: Vec<String> = start.iter().map(|w| quote(w)).collect();
-    lines.push(format!("exec {}", words.join(" ")));
+    // `printf` is a builtin of every `sh`: the values are on no process's command line.
+    let file = quote(CONTAINER_SECRETS_FILE);
+    lines.push(format!(
+        "(umask 077; rm -f {file}; printf '%s=%s\\n' {BOOTSTRAP_TOKEN_ENV} \"${BOOTSTRAP_TOKEN_ENV}\" \
+         {CREDENTIAL_ENV} \"${{{CREDENTIAL_ENV}-}}\" > {file})"
+    ));
+    lines.push(format!("unset {BOOTSTRAP_TOKEN_ENV} {CREDENTIAL_ENV}"));
+    lines.push(format!("exec {} --secrets-file {file}", words.join(" ")));
     let command = vec!["sh".to_owned(), "-c".to_owned(), lines.join("\n")];
     let env = vec![
         (BOOTSTRAP_TOKEN_ENV.to_owned(), token.expose().to_owned()),
@@ -227,7 +277,7 @@ mod tests {
             "https://10.0.0.1:8443",
             "PEM",
             &token,
-            &Secret::new("ncr1:k:u:m"),
+            &Secret::new("ncr2:k:u:1:b:2:m"),
             &UserDataOptions::default(),
         );
         assert!(text.starts_with("#cloud-config\n"));
@@ -237,28 +287,32 @@ mod tests {
             .iter()
             .position(|a| a == DEFAULT_RUNNER_PATH)
             .expect("runner path");
-        // The secrets are in the unit's environment, not on the runner's command line.
-        let setenv = |name: &str| {
-            start[..at]
-                .iter()
-                .find_map(|w| w.strip_prefix(&format!("--setenv={name}=")))
-                .expect("setenv")
-                .to_owned()
-        };
-        let (tok, cred) = (setenv(BOOTSTRAP_TOKEN_ENV), setenv(CREDENTIAL_ENV));
+        // The secrets are in a root-only file, not on the command line nor in the unit's
+        // environment (`systemctl show` prints it to anyone).
         assert!(
-            !start[at..]
+            !start
                 .iter()
-                .any(|w| w.contains("tok_abc") || w.contains("ncr1"))
+                .any(|w| w.contains("tok_abc") || w.contains("ncr2") || w.contains("--setenv")),
+            "{start:?}"
         );
-        // The runner's own parser reads what the node wrote (the environment given as its
-        // flags, which it reads the same way): the two cannot drift apart.
-        let mut argv = start[at..].to_vec();
-        argv.extend(["--bootstrap-token".into(), tok, "--credential".into(), cred]);
-        let args = neocloud_runner::RunnerArgs::try_parse_from(&argv).expect("runner args");
+        let file = &parsed["write_files"][0];
+        assert_eq!(file["path"].as_str(), Some(VM_SECRETS_FILE));
+        assert_eq!(file["permissions"].as_str(), Some("0600"));
+        assert_eq!(file["owner"].as_str(), Some("root:root"));
+        assert_eq!(
+            file["content"].as_str(),
+            Some(
+                format!("{BOOTSTRAP_TOKEN_ENV}=tok_abc\n{CREDENTIAL_ENV}=ncr2:k:u:1:b:2:m\n")
+                    .as_str()
+            )
+        );
+        // The runner's own parser reads what the node wrote: the two cannot drift apart.
+        let args = neocloud_runner::RunnerArgs::try_parse_from(&start[at..]).expect("runner args");
         assert_eq!(args.callback_url, "https://10.0.0.1:8443");
-        assert_eq!(args.bootstrap_token, "tok_abc");
-        assert_eq!(args.credential.as_deref(), Some("ncr1:k:u:m"));
+        assert_eq!(
+            args.secrets_file.as_deref(),
+            Some(std::path::Path::new(VM_SECRETS_FILE))
+        );
         assert_eq!(args.ca_pem_base64, Some(STANDARD.encode("PEM")));
         assert_eq!(args.executor, ExecutorKind::Docker);
         assert_eq!(args.network, "host");
@@ -285,7 +339,7 @@ mod tests {
         let parsed = with_download(DEFAULT_RUNNER_PATH, "https://example.com/neocloud-runner");
         let script = parsed["runcmd"][0][2].as_str().expect("script");
         assert!(script.contains("sha256sum -c"), "{script}");
-        assert!(parsed["runcmd"][1][6].as_str() == Some(DEFAULT_RUNNER_PATH));
+        assert!(parsed["runcmd"][1][4].as_str() == Some(DEFAULT_RUNNER_PATH));
     }
 
     #[test]
@@ -313,17 +367,21 @@ mod tests {
     }
 
     #[test]
-    fn a_container_start_command_execs_the_runner_through_a_real_shell() {
+    fn a_container_start_command_moves_the_secrets_into_a_file_before_it_execs_the_runner() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let runner = dir.path().join("neocloud-runner");
         let out = dir.path().join("argv");
+        // The stand-in runner writes its arguments, what its environment says of the secrets,
+        // and the secrets file's mode and content (the real runner reads and deletes it).
+        let o = out.display();
         std::fs::write(
             &runner,
             format!(
-                "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\necho \"token=${BOOTSTRAP_TOKEN_ENV}\" >> '{}'\n",
-                out.display(),
-                out.display()
+                "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{o}'\n\
+                 env | grep -c -e ^{BOOTSTRAP_TOKEN_ENV}= -e ^{CREDENTIAL_ENV}= >> '{o}' || true\n\
+                 stat -c '%a' {CONTAINER_SECRETS_FILE} >> '{o}'\n\
+                 cat {CONTAINER_SECRETS_FILE} >> '{o}'\n"
             ),
         )
         .unwrap();
@@ -336,21 +394,21 @@ mod tests {
             "https://10.0.0.1:8443",
             "PEM",
             &Secret::new("tok_abc"),
-            &Secret::new("ncr1:k:u:m"),
+            &Secret::new("ncr2:k:u:1:b:2:m"),
             &options,
         );
         assert_eq!(&command[..2], ["sh", "-c"]);
-        // The secrets travel in the environment only.
+        // The secrets travel in the container's environment only, never in its command.
         assert!(
             !command
                 .iter()
-                .any(|w| w.contains("tok_abc") || w.contains("ncr1"))
+                .any(|w| w.contains("tok_abc") || w.contains("ncr2"))
         );
         assert_eq!(
             env,
             [
                 (BOOTSTRAP_TOKEN_ENV.to_owned(), "tok_abc".to_owned()),
-                (CREDENTIAL_ENV.to_owned(), "ncr1:k:u:m".to_owned())
+                (CREDENTIAL_ENV.to_owned(), "ncr2:k:u:1:b:2:m".to_owned())
             ]
         );
         let status = std::process::Command::new(&command[0])
@@ -359,15 +417,30 @@ mod tests {
             .status()
             .unwrap();
         assert!(status.success());
+        let _ = std::fs::remove_file(CONTAINER_SECRETS_FILE);
         let text = std::fs::read_to_string(&out).unwrap();
         let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
-        assert_eq!(lines.pop().as_deref(), Some("token=tok_abc"));
+        let tail = lines.split_off(lines.len() - 4);
+        // The runner's environment (its /proc/<pid>/environ) holds no secret; the file does,
+        // readable by its owner only.
+        assert_eq!(
+            tail,
+            [
+                "0",
+                "600",
+                &format!("{BOOTSTRAP_TOKEN_ENV}=tok_abc"),
+                &format!("{CREDENTIAL_ENV}=ncr2:k:u:1:b:2:m"),
+            ]
+        );
         // What the shell passed is what the runner's own parser accepts, run as a process.
         let mut argv = vec![runner.display().to_string()];
         argv.extend(lines);
-        argv.extend(["--bootstrap-token".into(), "tok_abc".into()]);
         let args = neocloud_runner::RunnerArgs::try_parse_from(&argv).expect("runner args");
         assert_eq!(args.callback_url, "https://10.0.0.1:8443");
+        assert_eq!(
+            args.secrets_file.as_deref(),
+            Some(std::path::Path::new(CONTAINER_SECRETS_FILE))
+        );
         assert_eq!(args.ca_pem_base64, Some(STANDARD.encode("PEM")));
         assert_eq!(args.executor, ExecutorKind::Process);
     }

@@ -1,0 +1,187 @@
+//! The real `neocloud-runner` binary (process executor) against a callback server on loopback,
+//! about rentals and secrets: the runner of a rental that was replaced stops its workload and
+//! exits, and a workload cannot read the runner's token or credential, neither in its own
+//! environment nor in the runner's `/proc/<pid>/environ`.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::Duration;
+
+use neocloud_node::callback::{
+    CONTAINER_SECRETS_FILE, CallbackConfig, CallbackServer, RunnerEvent, RunnerEventKind,
+    RunnerState, TlsMaterial, UserDataOptions, Workload, render_container_start,
+};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+mod runner_bin;
+use runner_bin::runner_binary;
+
+struct Rig {
+    server: CallbackServer,
+    events: mpsc::Receiver<RunnerEvent>,
+    ca: tempfile::NamedTempFile,
+}
+
+async fn rig() -> Rig {
+    let tls = TlsMaterial::self_signed(&["127.0.0.1".into()]).expect("cert");
+    let config = CallbackConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        heartbeat_timeout: Duration::from_secs(10),
+        ..CallbackConfig::default()
+    };
+    let (server, events) = CallbackServer::start(config, &tls).await.expect("start");
+    let ca = tempfile::NamedTempFile::new().expect("ca file");
+    std::fs::write(ca.path(), tls.cert_pem()).expect("write ca");
+    Rig { server, events, ca }
+}
+
+fn shell(script: &str) -> Workload {
+    Workload {
+        image: "unused".into(),
+        command: vec!["sh".into(), "-c".into()],
+        args: vec![script.into()],
+        ..Workload::default()
+    }
+}
+
+impl Rig {
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.server.local_addr().port())
+    }
+
+    async fn event(&mut self) -> RunnerEvent {
+        tokio::time::timeout(Duration::from_secs(20), self.events.recv())
+            .await
+            .expect("an event in time")
+            .expect("events open")
+    }
+
+    async fn state(&mut self) -> (u64, RunnerState, Option<i32>) {
+        let event = self.event().await;
+        match event.kind {
+            RunnerEventKind::State(report) => (event.rental, report.state, report.exit_code),
+            RunnerEventKind::Lost => panic!("unexpected Lost for {}", event.uid),
+        }
+    }
+}
+
+async fn finish(child: Child) -> (i32, String) {
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("runner exits in time")
+        .expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_of_a_replaced_rental_stops_its_workload_and_exits() {
+    let mut rig = rig().await;
+    let handle = rig.server.handle();
+    let dir = tempfile::tempdir().expect("dir");
+    let pid_file = dir.path().join("pid");
+    let script = format!("echo $$ > '{}'; exec sleep 120", pid_file.display());
+    let token = handle
+        .register("uid-r", 1, shell(&script))
+        .expect("register");
+    let child = Command::new(runner_binary())
+        .args(["--callback-url", &rig.url(), "--executor", "process"])
+        .arg("--ca-file")
+        .arg(rig.ca.path())
+        .args(["--heartbeat-interval", "200ms"])
+        .env("NEOCLOUD_BOOTSTRAP_TOKEN", token.expose())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the runner");
+    assert_eq!(rig.state().await, (1, RunnerState::Starting, None));
+    assert_eq!(rig.state().await, (1, RunnerState::Running, None));
+    let pid = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&pid_file)
+                && let Ok(pid) = text.trim().parse::<u32>()
+            {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the workload runs");
+
+    // The machine is cut off and replaced: rental 2 of the same Pod.
+    handle.register("uid-r", 2, shell("true")).expect("replace");
+    let (code, stderr) = finish(child).await;
+    assert_ne!(code, 0, "{stderr}");
+    assert!(stderr.contains("rental no longer current"), "{stderr}");
+    assert!(stderr.contains("the workload was stopped"), "{stderr}");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the workload {pid} is gone with its runner"
+    );
+    // Nothing of rental 1 reached the node after the replacement, its exit included.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(rig.events.try_recv().is_err());
+    assert!(handle.log_lines("uid-r").expect("log").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_reads_no_secret_in_its_environment_nor_in_the_runner_s() {
+    let mut rig = rig().await;
+    let handle = rig.server.handle();
+    // What the workload can look at: its own environment, its parent's (the runner's) initial
+    // environment and command line, and the secrets file's path.
+    let script = format!(
+        "echo \"own: $(env | tr '\\n' ' ')\"; \
+         echo \"runner: $(tr '\\0' ' ' < /proc/$PPID/environ)\"; \
+         echo \"argv: $(tr '\\0' ' ' < /proc/$PPID/cmdline)\"; \
+         if [ -e {CONTAINER_SECRETS_FILE} ]; then echo file: present; else echo file: gone; fi"
+    );
+    let token = handle
+        .register("uid-s", 1, shell(&script))
+        .expect("register");
+    let credential = handle.credential("uid-s", 1).expect("credential");
+    let options = UserDataOptions {
+        runner_path: runner_binary().display().to_string(),
+        heartbeat_interval: Duration::from_millis(200),
+        ..UserDataOptions::default()
+    };
+    // The container start command a RunPod or Vast.ai Pod gets, run as the container would:
+    // `sh -c` with the provider's environment, which `exec`s the runner.
+    let cert = rig.server.cert_pem().to_owned();
+    let (command, env) = render_container_start(&rig.url(), &cert, &token, &credential, &options);
+    let child = Command::new(&command[0])
+        .args(&command[1..])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the start command");
+    assert_eq!(rig.state().await, (1, RunnerState::Starting, None));
+    assert_eq!(rig.state().await, (1, RunnerState::Running, None));
+    assert_eq!(rig.state().await, (1, RunnerState::Exited, Some(0)));
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, 0, "{stderr}");
+
+    let lines: Vec<String> = handle
+        .log_lines("uid-s")
+        .expect("log")
+        .into_iter()
+        .map(|l| l.line)
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(lines[1].starts_with("runner: "), "{lines:?}");
+    assert_eq!(lines[3], "file: gone");
+    for line in &lines {
+        assert!(!line.contains(token.expose()), "the token leaks: {line}");
+        assert!(
+            !line.contains(credential.expose()),
+            "the credential leaks: {line}"
+        );
+        assert!(!line.contains("NEOCLOUD_BOOTSTRAP_TOKEN="), "{line}");
+        assert!(!line.contains("NEOCLOUD_RUNNER_CREDENTIAL="), "{line}");
+    }
+}

@@ -1,0 +1,285 @@
+//! Rentals over real HTTPS: the runner of a rental that was replaced (a partitioned machine that
+//! comes back) holds a valid session and credentials, and is refused on every route without
+//! changing anything of its successor; boot credentials expire and are spent, renewal
+//! credentials let the current runner back in.
+
+use std::time::Duration;
+
+use neocloud_protocol::session::SessionRequest;
+
+use super::*;
+use crate::callback::{CredentialKind, DEFAULT_TRUST_DOMAIN, RunnerKeys, RunnerState, Workload};
+
+fn config(keys: &RunnerKeys) -> CallbackConfig {
+    CallbackConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        keys: keys.clone(),
+        session_open_timeout: Duration::from_secs(3),
+        ..CallbackConfig::default()
+    }
+}
+
+struct Rig {
+    server: CallbackServer,
+    events: mpsc::Receiver<RunnerEvent>,
+    http: reqwest::Client,
+}
+
+async fn rig(keys: &RunnerKeys) -> Rig {
+    let tls = TlsMaterial::self_signed(&["127.0.0.1".into()]).expect("cert");
+    let (server, events) = CallbackServer::start(config(keys), &tls)
+        .await
+        .expect("start");
+    let cert = reqwest::Certificate::from_pem(tls.cert_pem().as_bytes()).expect("pem");
+    let http = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(cert)
+        .build()
+        .expect("client");
+    Rig {
+        server,
+        events,
+        http,
+    }
+}
+
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    body: serde_json::Value,
+}
+
+impl Answer {
+    fn code(&self) -> Option<&str> {
+        self.body["code"].as_str()
+    }
+}
+
+/// What a runner of one rental holds: its session and both credentials.
+struct Held {
+    session: String,
+    renewal: String,
+    boot: String,
+}
+
+impl Rig {
+    fn url(&self, path: &str) -> String {
+        let port = self.server.local_addr().port();
+        format!("https://127.0.0.1:{port}/v1/{path}")
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> Answer {
+        let response = request.send().await.expect("send");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        Answer { status, body }
+    }
+
+    async fn post(&self, path: &str, bearer: &str, body: String) -> Answer {
+        let request = self
+            .http
+            .post(self.url(path))
+            .bearer_auth(bearer)
+            .body(body);
+        self.send(request).await
+    }
+
+    async fn get(&self, path: &str, bearer: &str) -> Answer {
+        self.send(self.http.get(self.url(path)).bearer_auth(bearer))
+            .await
+    }
+
+    async fn reauth(&self, credential: &str) -> Answer {
+        let body = serde_json::json!({ "credential": credential });
+        self.send(self.http.post(self.url("token/reauth")).json(&body))
+            .await
+    }
+
+    /// Registers rental `rental` of `uid` and authenticates its runner, which fetches its
+    /// workload (it has called in).
+    async fn rent(&self, uid: &str, rental: u64) -> Held {
+        let handle = self.server.handle();
+        let token = handle.register(uid, rental, workload()).expect("register");
+        let boot = handle.credential(uid, rental).expect("credential");
+        let body = serde_json::json!({ "bootstrapToken": token.expose() });
+        let answer = self
+            .send(self.http.post(self.url("token")).json(&body))
+            .await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        let session = answer.body["sessionToken"].as_str().unwrap().to_owned();
+        let renewal = answer.body["credential"].as_str().unwrap().to_owned();
+        assert!(renewal.starts_with("ncr2:"), "{renewal}");
+        assert_eq!(self.get("workload", &session).await.status, 200);
+        Held {
+            session,
+            renewal,
+            boot: boot.expose().to_owned(),
+        }
+    }
+}
+
+fn workload() -> Workload {
+    Workload {
+        image: "example/train".into(),
+        command: vec!["train".into()],
+        ..Workload::default()
+    }
+}
+
+fn assert_not_current(answer: &Answer, what: &str) {
+    assert_eq!(answer.status, 403, "{what}: {answer:?}");
+    assert_eq!(
+        answer.code(),
+        Some("RentalNotCurrent"),
+        "{what}: {answer:?}"
+    );
+    let message = answer.body["error"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("rental no longer current: rental 1 of binding uid-a"),
+        "{what}: {message}"
+    );
+}
+
+#[tokio::test]
+async fn the_runner_of_a_replaced_rental_is_refused_everywhere_and_changes_nothing() {
+    let keys = RunnerKeys::random();
+    let mut rig = rig(&keys).await;
+    let handle = rig.server.handle();
+    let old = rig.rent("uid-a", 1).await;
+    // The machine is cut off; the node replaces it with rental 2, whose runner runs.
+    let new = rig.rent("uid-a", 2).await;
+    let running = r#"{"state":"Running"}"#.to_owned();
+    assert_eq!(rig.post("status", &new.session, running).await.status, 204);
+    let event = rig.events.recv().await.expect("event");
+    assert_eq!((event.uid.as_str(), event.rental), ("uid-a", 2));
+    let line = r#"{"ts":"2026-12-04T00:00:00Z","stream":"stdout","line":"new"}"#;
+    let logged = rig.post("logs", &new.session, line.to_owned()).await;
+    assert_eq!(logged.status, 200, "{logged:?}");
+    // Someone asks for `kubectl exec` on the Pod: the offer is the new rental's.
+    let opener = handle.clone();
+    let exec = SessionRequest::Exec {
+        command: vec!["sh".into()],
+        tty: false,
+        stdin: false,
+    };
+    let opening = tokio::spawn(async move { opener.open_session("uid-a", exec).await });
+
+    // The old machine comes back with its valid session and credentials.
+    let exited = r#"{"state":"Exited","exitCode":0}"#.to_owned();
+    assert_not_current(&rig.post("status", &old.session, exited).await, "status");
+    let record = r#"{"ts":"2026-12-04T00:00:01Z","stream":"stdout","line":"old"}"#;
+    let logs = rig.post("logs", &old.session, record.to_owned()).await;
+    assert_not_current(&logs, "logs");
+    assert_not_current(&rig.get("sessions", &old.session).await, "sessions");
+    let beat = r#"{"state":"Exited"}"#.to_owned();
+    assert_not_current(
+        &rig.post("heartbeat", &old.session, beat).await,
+        "heartbeat",
+    );
+    let stats = r#"{"time":"2026-12-04T00:00:01Z"}"#.to_owned();
+    assert_not_current(&rig.post("stats", &old.session, stats).await, "stats");
+    assert_not_current(&rig.get("workload", &old.session).await, "workload");
+    let refresh = rig.post("token/refresh", &old.session, String::new()).await;
+    assert_not_current(&refresh, "refresh");
+    assert_not_current(&rig.reauth(&old.renewal).await, "renewal credential");
+    assert_not_current(&rig.reauth(&old.boot).await, "boot credential");
+
+    // The new rental is untouched: no event, its log as it was, no usage, and its runner
+    // still gets the exec offer nobody else took.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(rig.events.try_recv().is_err(), "no event of the old rental");
+    let lines: Vec<String> = handle
+        .log_lines("uid-a")
+        .unwrap()
+        .into_iter()
+        .map(|l| l.line)
+        .collect();
+    assert_eq!(lines, ["new"]);
+    assert_eq!(handle.stats("uid-a"), None);
+    let offer = rig.get("sessions", &new.session).await;
+    assert_eq!(
+        offer.status, 200,
+        "the offer waits for the new runner: {offer:?}"
+    );
+    assert_eq!(offer.body["request"]["kind"], "exec");
+    opening.abort();
+    let beat = r#"{"state":"Running"}"#.to_owned();
+    assert_eq!(rig.post("heartbeat", &new.session, beat).await.status, 204);
+}
+
+#[tokio::test]
+async fn a_boot_credential_is_refused_once_expired_or_spent_and_an_ncr1_one_always() {
+    let keys = RunnerKeys::random();
+    let rig = rig(&keys).await;
+    let handle = rig.server.handle();
+    handle.register("uid-b", 1, workload()).expect("register");
+    let domain = DEFAULT_TRUST_DOMAIN;
+    let now = neocloud_protocol::unix_now();
+    let expired = keys
+        .credential(domain, "uid-b", 1, CredentialKind::Boot, now - 60)
+        .unwrap();
+    let answer = rig.reauth(expired.expose()).await;
+    assert_eq!(answer.status, 401, "{answer:?}");
+    assert!(
+        answer.body["error"].as_str().unwrap().contains("expired"),
+        "{answer:?}"
+    );
+    let ncr1 = format!("ncr1:{}:uid-b:bWFj", keys.key_id());
+    let answer = rig.reauth(&ncr1).await;
+    assert_eq!(answer.status, 401, "{answer:?}");
+    assert!(
+        answer.body["error"].as_str().unwrap().contains("ncr1"),
+        "{answer:?}"
+    );
+
+    // Until the runner calls in, its boot credential gets it in (a lost answer can be asked
+    // again); once it has, the credential read from user_data is spent.
+    let boot = handle.credential("uid-b", 1).unwrap();
+    for _ in 0..2 {
+        assert_eq!(rig.reauth(boot.expose()).await.status, 200);
+    }
+    let answer = rig.reauth(boot.expose()).await;
+    let session = answer.body["sessionToken"].as_str().unwrap().to_owned();
+    let renewal = answer.body["credential"].as_str().unwrap().to_owned();
+    assert_eq!(rig.get("workload", &session).await.status, 200);
+    let spent = rig.reauth(boot.expose()).await;
+    assert_eq!(spent.status, 401, "{spent:?}");
+    assert!(
+        spent.body["error"].as_str().unwrap().contains("spent"),
+        "{spent:?}"
+    );
+    // The runner itself renews with what it was handed, as often as it needs.
+    for _ in 0..2 {
+        assert_eq!(rig.reauth(&renewal).await.status, 200);
+    }
+}
+
+#[tokio::test]
+async fn after_a_failover_the_running_runner_renews_but_user_data_is_spent() {
+    let keys = RunnerKeys::random();
+    let old = rig(&keys).await;
+    let held = old.rent("uid-c", 4).await;
+    old.server.shutdown().await;
+
+    let new = rig(&keys).await;
+    let handle = new.server.handle();
+    // The Pod shows the runner ran: its boot credential was used.
+    assert!(handle.adopt("uid-c", 4, workload(), Some(RunnerState::Running)));
+    let spent = new.reauth(&held.boot).await;
+    assert_eq!(spent.status, 401, "{spent:?}");
+    let renewed = new.reauth(&held.renewal).await;
+    assert_eq!(renewed.status, 200, "{renewed:?}");
+    let beat = r#"{"state":"Running"}"#.to_owned();
+    assert_eq!(new.post("heartbeat", &held.session, beat).await.status, 204);
+    // A node whose binding has moved on to rental 5 refuses rental 4's runner.
+    let stale = rig(&keys).await;
+    stale
+        .server
+        .handle()
+        .adopt("uid-c", 5, workload(), Some(RunnerState::Running));
+    let answer = stale.reauth(&held.renewal).await;
+    assert_eq!(answer.status, 403, "{answer:?}");
+    assert_eq!(answer.code(), Some("RentalNotCurrent"));
+}
