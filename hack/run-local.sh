@@ -19,7 +19,16 @@ cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
-trap cleanup EXIT INT TERM
+# Ctrl-C (or a TERM) is how a user stops it: stop everything, say so once, and exit 0, instead of
+# going on with the summary loop against a control plane that is gone.
+stop() {
+  trap - EXIT INT TERM
+  printf '\nrun-local: stopping the node, the simulators and the control plane\n' >&2
+  cleanup
+  exit 0
+}
+trap cleanup EXIT
+trap stop INT TERM
 
 step "control plane binaries (first run: 10-15 minutes on 2 cores; cached afterwards)"
 bash hack/testenv/build.sh >/dev/null

@@ -36,5 +36,5 @@ pub use planner::{Candidate, Plan, PlanInput, Planner};
 pub use policy::{
     AcceptAll, CheapestFirst, MinimumBid, OfferFilter, OfferRanker, PolicyError, PricingPolicy,
 };
-pub use record::{AttemptRecorder, Decision, NextStep, Wait};
+pub use record::{AttemptRecorder, Decision, NextStep, Wait, WaitDecider};
 pub use rent::{RentRequest, Rental, Renter, fill_unreported};

@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use neocloud_core::{Attempt, FailureClass, FallbackAction, Offer};
+use neocloud_providers::retries::Retry;
 
 /// What was decided after a failed attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +23,8 @@ pub struct Decision {
     /// Whether the fallback policy chose it; `false` when the renter moved on by itself (an offer
     /// taken by another renter is not the policy's business).
     pub by_policy: bool,
+    /// The wait the provider asked for with the failure (`Retry-After`), if it did.
+    pub retry_after: Option<Duration>,
     /// What the ladder made of it, within its limits.
     pub next: NextStep,
 }
@@ -54,6 +57,33 @@ pub struct Wait {
     pub until: DateTime<Utc>,
     /// What it waits for, as a sentence fragment: "lambda's launch spacing (one launch per 12 s)".
     pub reason: String,
+    /// Who set its length.
+    pub decided_by: WaitDecider,
+}
+
+/// Who set the length of a wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitDecider {
+    /// The provider, in a 429's `Retry-After`.
+    RetryAfter,
+    /// The node's own backoff (no `Retry-After` was given, or the built-in fallback's backoff
+    /// after a transient failure).
+    NodeBackoff,
+    /// The provider's spacing of creates (Lambda allows one launch every few seconds).
+    LaunchSpacing,
+    /// A fallback policy, by name.
+    Policy(String),
+}
+
+impl std::fmt::Display for WaitDecider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitDecider::RetryAfter => f.write_str("the provider's Retry-After"),
+            WaitDecider::NodeBackoff => f.write_str("the node's backoff"),
+            WaitDecider::LaunchSpacing => f.write_str("the provider's launch spacing"),
+            WaitDecider::Policy(name) => write!(f, "policy {name}"),
+        }
+    }
 }
 
 impl Decision {
@@ -105,15 +135,7 @@ pub fn action_label(action: &FallbackAction) -> &'static str {
     }
 }
 
-/// `1.5s`, `30s`.
-pub fn seconds(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if (s - s.round()).abs() < 0.05 {
-        format!("{}s", s.round() as u64)
-    } else {
-        format!("{s:.1}s")
-    }
-}
+pub use neocloud_providers::retries::seconds;
 
 /// Writes attempts durably (the node writes them to the binding status) and reports decisions
 /// and waits.
@@ -132,6 +154,12 @@ pub trait AttemptRecorder: Send + Sync {
     /// of creates).
     async fn waiting(&self, wait: &Wait) {
         let _ = wait;
+    }
+
+    /// Reports the requests the adapter sent again within `attempt`'s provider call (429s, 5xx,
+    /// timeouts), before the attempt's outcome is recorded. Called only when there were some.
+    async fn retried(&self, attempt: &Attempt, retries: &[Retry]) {
+        let _ = (attempt, retries);
     }
 }
 
@@ -162,6 +190,7 @@ mod tests {
                 duration: Duration::from_secs(30),
             },
             by_policy: true,
+            retry_after: None,
             next: NextStep::Try {
                 offer: offer(),
                 after: Duration::from_secs(30),
@@ -184,6 +213,7 @@ mod tests {
                 after: Duration::from_millis(1500),
             },
             by_policy: true,
+            retry_after: None,
             next: NextStep::Stop {
                 reason: "reached the limit of 10 attempts".into(),
             },

@@ -15,7 +15,7 @@ use neocloud_core::{
     Attempt, AttemptOutcome, FailureClass, FallbackAction, InstanceState, Offer, OfferQuery,
     ProviderId, WorkloadSpec,
 };
-use neocloud_providers::{CreateRequest, Provider, ProviderError};
+use neocloud_providers::{CreateRequest, Provider, ProviderError, retries};
 use tokio::time::Instant;
 
 use crate::budget::{BudgetGuard, Reservation};
@@ -26,7 +26,7 @@ use crate::fallback::{Failure, FallbackContext, FallbackPolicy};
 use crate::ladder::{Ladder, LadderLimits, Step};
 use crate::planner::{Candidate, Plan};
 use crate::price_guard::{self, ConfirmedPrice};
-use crate::record::{AttemptRecorder, Decision, NextStep, Wait};
+use crate::record::{AttemptRecorder, Decision, NextStep, Wait, WaitDecider};
 
 /// One workload to rent.
 #[derive(Debug, Clone)]
@@ -170,6 +170,7 @@ impl Renter {
             started,
         } = turn;
         let class = failure.class;
+        let retry_after = failure.retry_after;
         let (action, by_policy) = if class == FailureClass::OfferTaken {
             (FallbackAction::NextOffer, false)
         } else {
@@ -209,6 +210,7 @@ impl Renter {
             class,
             action,
             by_policy,
+            retry_after,
             next,
         };
         recorder
@@ -304,7 +306,10 @@ impl Renter {
         self.record(req, &attempt, recorder).await?;
         let provider = ready.provider.clone();
         self.announce_wait(provider.as_ref(), recorder).await;
-        let mut result = self.create(req, ready).await;
+        let (mut result, retries) = retries::recording(self.create(req, ready)).await;
+        if !retries.is_empty() {
+            recorder.retried(&attempt, &retries).await;
+        }
         match &result {
             Ok(_) => self.catalog.backoff().succeeded(offer.provider),
             Err(e) => {
@@ -439,6 +444,7 @@ impl Renter {
                 duration,
                 until,
                 reason,
+                decided_by: WaitDecider::LaunchSpacing,
             };
             recorder.waiting(&wait).await;
         }

@@ -211,7 +211,9 @@ async fn a_fallback_policy_s_skip_retry_and_wait_are_recorded_in_order_with_its_
     );
     let wait = said("Waiting", 0);
     assert!(
-        wait.starts_with("waiting 2s (until ") && wait.contains("transient"),
+        wait.starts_with("waiting 2s (until ")
+            && wait.contains("transient")
+            && wait.ends_with(&format!("the wait was set by policy {name}")),
         "{wait}"
     );
     let rented = said("Rented", 0);
@@ -220,6 +222,50 @@ async fn a_fallback_policy_s_skip_retry_and_wait_are_recorded_in_order_with_its_
             && rented.contains("after attempt 1 on vast")
             && !rented.contains("ranked first"),
         "{rented}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_429s_before_a_runpod_create_succeeds_are_on_the_attempt_and_in_one_event() {
+    let world = World::new("dec-retried").await;
+    world.sims.runpod.add_fault(FaultRule::next(
+        "POST /v2/pods",
+        2,
+        FaultKind::RateLimited {
+            retry_after_secs: 1,
+        },
+    ));
+    world
+        .create_pod(
+            "retried",
+            json!({"cloud.aibrix.ai/providers": "runpod",
+                "cloud.aibrix.ai/runpod-cloud-type": "SECURE"}),
+        )
+        .await;
+    world.wait_pod("retried", "Running", running).await;
+    let status = world.binding("retried").await.status.unwrap();
+    assert_eq!(status.attempts.len(), 1, "{status:?}");
+    let attempt = &status.attempts[0];
+    assert_eq!(attempt.outcome, AttemptOutcome::Created, "{attempt:?}");
+    let retried = attempt
+        .retried
+        .as_ref()
+        .expect("the retries are on the attempt");
+    assert_eq!(retried.count, 2, "{retried:?}");
+    assert_eq!(retried.causes, vec!["429", "429"]);
+    assert_eq!(retried.asked_seconds, vec![1.0, 1.0]);
+    assert_eq!(retried.waited_seconds, vec![1.0, 1.0]);
+    let events = world.events("retried").await;
+    let retries: Vec<&String> = events
+        .iter()
+        .filter(|(r, _)| r == "ProviderRetried")
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(retries.len(), 1, "one event for both retries: {events:?}");
+    assert!(
+        retries[0].contains("asked again 2 retries (429, 429; Retry-After asked 1s, 1s"),
+        "{}",
+        retries[0]
     );
 }
 

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use crate::provider::{Operation, ProviderError};
+use crate::retries::Retry;
 
 /// An API key. Its `Debug` never shows it; adapters pass it to [`ProviderError::redact`].
 #[derive(Clone, PartialEq, Eq, Deserialize)]
@@ -245,7 +246,7 @@ impl Http {
             .retry(backoff)
             .sleep(tokio::time::sleep)
             .adjust(|outcome, wait| self.retry_wait(outcome, wait))
-            .notify(|_, wait| tracing::debug!(?wait, "retrying provider call"))
+            .notify(|outcome, wait| self.noted(call, outcome, wait))
             .await
             .unwrap_or_else(|last| last);
         outcome.map_err(|e| self.transport_error(call, &e))
@@ -291,6 +292,36 @@ impl Http {
         Some(wait.min(self.max_wait()))
     }
 
+    /// Logs a retry at info (a retried create or read is worth a line) and notes it for the
+    /// caller's record ([`crate::retries`]).
+    fn noted(&self, call: Call<'_>, outcome: &Result<Reply, reqwest::Error>, wait: Duration) {
+        let retry = match outcome {
+            Ok(reply) => Retry {
+                status: Some(reply.status.as_u16()),
+                error: None,
+                asked: reply.retry_after,
+                waited: wait,
+            },
+            Err(e) => Retry {
+                status: None,
+                error: Some(transport_kind(e).1),
+                asked: None,
+                waited: wait,
+            },
+        };
+        tracing::info!(
+            provider = %self.provider,
+            op = %call.op,
+            subject = call.subject.unwrap_or_default(),
+            cause = %retry.cause(),
+            asked = ?retry.asked,
+            "provider call answered {}; sending it again in {}",
+            retry.cause(),
+            crate::retries::seconds(wait)
+        );
+        crate::retries::note(retry);
+    }
+
     fn max_wait(&self) -> Duration {
         Duration::from_millis(self.config.max_retry_wait_ms)
     }
@@ -298,13 +329,7 @@ impl Http {
     /// Timeout when the client gave up waiting, transient otherwise; either way the outcome of
     /// the request is unknown.
     fn transport_error(&self, call: Call<'_>, error: &reqwest::Error) -> ProviderError {
-        let (class, code, what) = if error.is_timeout() {
-            (FailureClass::Timeout, "timeout", "request timed out")
-        } else if error.is_connect() {
-            (FailureClass::Transient, "connect", "could not connect")
-        } else {
-            (FailureClass::Transient, "transport", "request failed")
-        };
+        let (class, code, what) = transport_kind(error);
         let message = format!("{what}: {}", chain(error));
         self.error(call, class, message).with_code(code)
     }
@@ -320,6 +345,17 @@ impl Http {
             self.error(call, FailureClass::Transient, message)
                 .with_code("decode")
         })
+    }
+}
+
+/// The class, code and words of a transport failure: timeout, connect or other.
+fn transport_kind(error: &reqwest::Error) -> (FailureClass, &'static str, &'static str) {
+    if error.is_timeout() {
+        (FailureClass::Timeout, "timeout", "request timed out")
+    } else if error.is_connect() {
+        (FailureClass::Transient, "connect", "could not connect")
+    } else {
+        (FailureClass::Transient, "transport", "request failed")
     }
 }
 

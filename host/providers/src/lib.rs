@@ -11,6 +11,7 @@ pub mod fuzzing;
 mod http;
 pub mod lambda;
 pub mod provider;
+pub mod retries;
 pub mod runpod;
 pub mod vast;
 

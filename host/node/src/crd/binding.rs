@@ -256,6 +256,26 @@ pub struct AttemptRecord {
     /// The decision in a sentence, with what followed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<String>,
+    /// The requests the provider's adapter sent again within this attempt (429s, 5xx, timeouts),
+    /// none when every request was answered at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried: Option<RetriedRequests>,
+}
+
+/// The requests an adapter sent again within one attempt.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetriedRequests {
+    /// How many requests were sent again.
+    pub count: u32,
+    /// What each retried request was answered: an HTTP status (`429`, `503`) or a transport
+    /// failure (`timeout`, `connect`, `transport`).
+    pub causes: Vec<String>,
+    /// The waits the provider asked for in `Retry-After`, in seconds, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub asked_seconds: Vec<f64>,
+    /// The waits taken before each request was sent again, in seconds, in order.
+    pub waited_seconds: Vec<f64>,
 }
 
 /// Attempts folded out of the list, one entry per provider, outcome and failure class.

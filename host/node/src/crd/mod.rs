@@ -16,7 +16,8 @@ mod receipt;
 
 pub use binding::{
     AttemptOutcome, AttemptRecord, AttemptTally, BindingPhase, CloudPodBinding,
-    CloudPodBindingSpec, CloudPodBindingStatus, PolicyRef, WorkloadSummary, gpu_model,
+    CloudPodBindingSpec, CloudPodBindingStatus, PolicyRef, RetriedRequests, WorkloadSummary,
+    gpu_model,
 };
 pub use policy::{
     BurstPolicy, BurstPolicySpec, BurstPolicyStatus, CelRules, ConfigMapKeyRef, FailurePolicy,

@@ -54,10 +54,12 @@ pub fn to_record(a: &Attempt, now: DateTime<Utc>) -> AttemptRecord {
         action: None,
         decided_by: None,
         decision: None,
+        retried: None,
     }
 }
 
-/// Adds or updates (same number) an attempt, keeping what was decided after it, then folds the
+/// Adds or updates (same number) an attempt, keeping what was decided after it and the requests
+/// retried within it, then folds the
 /// oldest finished attempts beyond [`MAX_LISTED_ATTEMPTS`] into the tallies.
 pub fn upsert(status: &mut CloudPodBindingStatus, record: AttemptRecord) {
     match status
@@ -71,8 +73,10 @@ pub fn upsert(status: &mut CloudPodBindingStatus, record: AttemptRecord) {
                 existing.decided_by.take(),
                 existing.decision.take(),
             );
+            let retried = existing.retried.take();
             *existing = record;
             (existing.action, existing.decided_by, existing.decision) = decided;
+            existing.retried = existing.retried.take().or(retried);
         }
         None => status.attempts.push(record),
     }
@@ -288,6 +292,7 @@ mod tests {
             action: None,
             decided_by: None,
             decision: None,
+            retried: None,
         }
     }
 

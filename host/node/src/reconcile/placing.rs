@@ -182,7 +182,10 @@ impl Reconciler {
         if let Some(traceparent) = crate::telemetry::traceparent(&tracing::Span::current()) {
             status.traceparent = Some(traceparent);
         }
-        let decider = w.policy.clone().unwrap_or_else(|| "default".to_owned());
+        let decider = w
+            .policy
+            .clone()
+            .unwrap_or_else(|| super::recorder::DEFAULT_POLICY.to_owned());
         let recorder = BindingRecorder::new(self, pod, decider, b.clone(), status);
         let result = broker.place(&placement, &recorder).await;
         // Everything from here starts from the binding as the recorder last wrote it, with every

@@ -130,6 +130,7 @@ mod tests {
             action: None,
             decided_by: None,
             decision: None,
+            retried: None,
         }
     }
 

@@ -14,14 +14,18 @@ use chrono::Utc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
-use neocloud_broker::{AttemptRecorder, Decision, NextStep, Wait, record::seconds};
+use neocloud_broker::{AttemptRecorder, Decision, NextStep, Wait, WaitDecider, record::seconds};
 use neocloud_core::{Attempt, AttemptOutcome, FailureClass};
+use neocloud_providers::retries::{Retry, summary};
 
 use super::Reconciler;
 use super::attempts::{BUDGET_EXCEEDED_CODE, rfc3339, to_record, upsert};
 use super::pod_status::DesiredPod;
-use crate::crd::{BindingPhase, CloudPodBinding, CloudPodBindingStatus};
+use crate::crd::{BindingPhase, CloudPodBinding, CloudPodBindingStatus, RetriedRequests};
 use crate::metrics::RentalOutcome;
+
+/// The name a decision of the built-in fallback is recorded under.
+pub(super) const DEFAULT_POLICY: &str = "default";
 
 /// Replaces the binding's whole status with `status` (a `PUT` of the status subresource),
 /// guarded by `b`'s resourceVersion: a status computed from a binding that changed since it was
@@ -210,6 +214,29 @@ impl AttemptRecorder for BindingRecorder<'_> {
         Ok(())
     }
 
+    async fn retried(&self, attempt: &Attempt, retries: &[Retry]) {
+        let mut status = self.status();
+        let Some(record) = status
+            .attempts
+            .iter_mut()
+            .find(|a| a.number == attempt.number)
+        else {
+            return;
+        };
+        record.retried = Some(retried_requests(retries));
+        // Written with the attempt's outcome, which follows at once.
+        self.keep(status);
+        let note = format!(
+            "attempt {} on {} offer {}: the provider's API was asked again {}",
+            attempt.number,
+            attempt.provider,
+            attempt.offer_id,
+            summary(retries)
+        );
+        tracing::info!(pod = %self.pod.name_any(), attempt = attempt.number, retries = retries.len(), "{note}");
+        self.r.event(self.pod, true, "ProviderRetried", note).await;
+    }
+
     async fn decided(&self, decision: &Decision) -> Result<(), String> {
         let by = self.decider(decision);
         let sentence = decision.describe();
@@ -266,7 +293,9 @@ impl AttemptRecorder for BindingRecorder<'_> {
                     decision,
                     &by,
                     &format!("{} offer {}", offer.provider, offer.id),
+                    *after,
                 ),
+                decided_by: wait_decider(decision, &by, *after),
             };
             self.waiting(&wait).await;
         }
@@ -275,10 +304,11 @@ impl AttemptRecorder for BindingRecorder<'_> {
 
     async fn waiting(&self, wait: &Wait) {
         let message = format!(
-            "waiting {} (until {}) for {}",
+            "waiting {} (until {}) for {}; the wait was set by {}",
             seconds(wait.duration),
             rfc3339(wait.until),
-            wait.reason
+            wait.reason,
+            wait.decided_by
         );
         tracing::info!(pod = %self.pod.name_any(), "{message}");
         if let Err(e) = self
@@ -292,13 +322,49 @@ impl AttemptRecorder for BindingRecorder<'_> {
     }
 }
 
+/// The binding's record of `retries`.
+fn retried_requests(retries: &[Retry]) -> RetriedRequests {
+    RetriedRequests {
+        count: retries.len() as u32,
+        causes: retries.iter().map(Retry::cause).collect(),
+        asked_seconds: retries
+            .iter()
+            .filter_map(|r| r.asked.map(|d| d.as_secs_f64()))
+            .collect(),
+        waited_seconds: retries.iter().map(|r| r.waited.as_secs_f64()).collect(),
+    }
+}
+
+/// Who set the length of the wait `after` that follows `decision`, made by `by`: a policy the
+/// user named owns its waits; the built-in fallback waits what the provider's `Retry-After`
+/// asked when that is what it chose, and its own backoff otherwise.
+fn wait_decider(decision: &Decision, by: &str, after: std::time::Duration) -> WaitDecider {
+    if decision.by_policy && by != DEFAULT_POLICY {
+        return WaitDecider::Policy(by.to_owned());
+    }
+    match decision.retry_after {
+        Some(asked) if decision.class == FailureClass::RateLimited && asked == after => {
+            WaitDecider::RetryAfter
+        }
+        _ => WaitDecider::NodeBackoff,
+    }
+}
+
 /// What a decision's wait is for.
-fn wait_reason(d: &Decision, by: &str, next: &str) -> String {
+fn wait_reason(d: &Decision, by: &str, next: &str, after: std::time::Duration) -> String {
     match d.class {
-        FailureClass::RateLimited => format!(
-            "the provider's rate limit to pass (attempt {} was answered 429) before trying {next}",
-            d.attempt
-        ),
+        FailureClass::RateLimited => {
+            let asked = match d.retry_after {
+                Some(asked) if asked != after => {
+                    format!(", whose Retry-After asked for {}", seconds(asked))
+                }
+                _ => String::new(),
+            };
+            format!(
+                "the provider's rate limit to pass (attempt {} was answered 429{asked}) before trying {next}",
+                d.attempt
+            )
+        }
         FailureClass::Transient | FailureClass::Timeout => {
             format!(
                 "a backoff after a {} failure before trying {next} again",
@@ -324,13 +390,90 @@ mod tests {
                 duration: Duration::from_secs(30),
             },
             by_policy: true,
+            retry_after: None,
             next: NextStep::Stop {
                 reason: String::new(),
             },
         };
         assert_eq!(
-            wait_reason(&d, "default", "lambda offer gpu_1x_a10/us-east-1"),
+            wait_reason(
+                &d,
+                "default",
+                "lambda offer gpu_1x_a10/us-east-1",
+                Duration::from_secs(30)
+            ),
             "the provider's rate limit to pass (attempt 3 was answered 429) before trying lambda offer gpu_1x_a10/us-east-1"
         );
+    }
+
+    fn decision(class: FailureClass, retry_after: Option<u64>, by_policy: bool) -> Decision {
+        Decision {
+            attempt: 1,
+            class,
+            action: FallbackAction::NextOffer,
+            by_policy,
+            retry_after: retry_after.map(Duration::from_secs),
+            next: NextStep::Stop {
+                reason: String::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_wait_names_who_set_its_length() {
+        let secs = Duration::from_secs;
+        let rate_limited = decision(FailureClass::RateLimited, Some(2), true);
+        assert_eq!(
+            wait_decider(&rate_limited, DEFAULT_POLICY, secs(2)),
+            WaitDecider::RetryAfter
+        );
+        assert_eq!(
+            wait_decider(&rate_limited, "my-fallback", secs(20)),
+            WaitDecider::Policy("my-fallback".into())
+        );
+        let no_retry_after = decision(FailureClass::RateLimited, None, true);
+        assert_eq!(
+            wait_decider(&no_retry_after, DEFAULT_POLICY, secs(30)),
+            WaitDecider::NodeBackoff
+        );
+        let transient = decision(FailureClass::Transient, None, true);
+        assert_eq!(
+            wait_decider(&transient, DEFAULT_POLICY, secs(1)),
+            WaitDecider::NodeBackoff
+        );
+        assert_eq!(
+            WaitDecider::LaunchSpacing.to_string(),
+            "the provider's launch spacing"
+        );
+    }
+
+    #[test]
+    fn a_policy_wait_longer_than_the_retry_after_says_what_the_provider_asked() {
+        let d = decision(FailureClass::RateLimited, Some(2), true);
+        let reason = wait_reason(
+            &d,
+            "my-fallback",
+            "runpod offer A40",
+            Duration::from_secs(20),
+        );
+        assert!(
+            reason.contains("answered 429, whose Retry-After asked for 2s"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn retried_requests_keep_each_cause_and_wait_in_order() {
+        let retry = |status, asked: Option<u64>, waited_ms| Retry {
+            status: Some(status),
+            error: None,
+            asked: asked.map(Duration::from_secs),
+            waited: Duration::from_millis(waited_ms),
+        };
+        let r = retried_requests(&[retry(429, Some(2), 2000), retry(503, None, 500)]);
+        assert_eq!(r.count, 2);
+        assert_eq!(r.causes, vec!["429", "503"]);
+        assert_eq!(r.asked_seconds, vec![2.0]);
+        assert_eq!(r.waited_seconds, vec![2.0, 0.5]);
     }
 }
