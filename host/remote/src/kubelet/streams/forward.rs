@@ -3,15 +3,23 @@
 //! Each pair becomes one runner session that connects to the port on the workload's side, so
 //! concurrent connections never share a byte. A failure is written on the pair's error stream,
 //! worded as the kubelet words it.
+//!
+//! At most [`MAX_WAITING`] request ids wait for their other half (each for at most
+//! [`STREAM_CREATION_TIMEOUT`]); a stream that would start one more is reset. The forwarded
+//! connections are tasks owned by the connection's handler, so they end with it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use neocloud_protocol::session::{Frame, SessionRequest, chunks};
+use tokio::task::JoinSet;
 
 use super::super::source::{LogSource, PodRef};
 use super::super::spdy::{Connection, Stream, StreamReader, StreamWriter};
 use super::STREAM_CREATION_TIMEOUT;
+
+/// Request ids waiting for the other stream of their pair, on one connection.
+pub(crate) const MAX_WAITING: usize = 32;
 
 /// The half of a pair that arrived first, waiting for the other.
 struct Waiting {
@@ -37,6 +45,7 @@ pub(crate) async fn serve_port_forward(
     pod: PodRef,
 ) {
     let mut waiting: HashMap<String, Waiting> = HashMap::new();
+    let mut forwards = JoinSet::new();
     let mut sweep = tokio::time::interval(STREAM_CREATION_TIMEOUT / 4);
     loop {
         let stream = tokio::select! {
@@ -48,9 +57,19 @@ pub(crate) async fn serve_port_forward(
                 expire(&mut waiting).await;
                 continue;
             }
+            Some(_) = forwards.join_next() => continue,
         };
         let kind = stream.header("streamtype").unwrap_or_default().to_owned();
         let id = request_id(&stream, &kind);
+        if !waiting.contains_key(&id) && waiting.len() >= MAX_WAITING {
+            tracing::debug!(
+                request = id,
+                max = MAX_WAITING,
+                "kubelet: too many port-forward requests waiting for their other stream; resetting"
+            );
+            stream.split().1.reset().await;
+            continue;
+        }
         let entry = waiting.entry(id.clone()).or_insert_with(|| Waiting {
             error: None,
             data: None,
@@ -76,7 +95,7 @@ pub(crate) async fn serve_port_forward(
                 ..
             }) = waiting.remove(&id)
         {
-            tokio::spawn(forward(source.clone(), pod.clone(), error, data));
+            forwards.spawn(forward(source.clone(), pod.clone(), error, data));
         }
     }
     conn.close().await;
@@ -140,8 +159,10 @@ async fn run(
         .await
         .map_err(|e| e.to_string())?;
     let (mut from_runner, mut to_runner) = tokio::io::split(session);
-    // The only writer towards the runner: the caller's bytes, then their end.
-    let upstream = tokio::spawn(async move {
+    // The only writer towards the runner: the caller's bytes, then their end. Owned here, so
+    // it ends with this forward however that ends.
+    let mut upstream = JoinSet::new();
+    upstream.spawn(async move {
         while let Some(bytes) = data_in.read().await {
             for chunk in chunks(&bytes) {
                 if Frame::Data(chunk.to_vec())
@@ -171,6 +192,6 @@ async fn run(
             Err(e) => break Err(format!("the runner's session failed: {e}")),
         }
     };
-    upstream.abort();
+    upstream.abort_all();
     outcome
 }
