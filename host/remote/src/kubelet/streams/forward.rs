@@ -195,3 +195,76 @@ async fn run(
     upstream.abort_all();
     outcome
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+    use futures::stream::BoxStream;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::super::super::source::LogError;
+    use super::super::super::spdy::frame::{self, Deflater, Frame, Inflater, status};
+    use super::*;
+    use crate::callback::LogOptions;
+
+    /// A Pod nothing is ever forwarded to: no pair here completes.
+    struct Nowhere;
+
+    #[async_trait::async_trait]
+    impl LogSource for Nowhere {
+        async fn logs(
+            &self,
+            pod: &PodRef,
+            _: &str,
+            _: LogOptions,
+        ) -> Result<BoxStream<'static, Bytes>, LogError> {
+            Err(LogError::PodNotFound { pod: pod.clone() })
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_waiting_for_their_other_stream_are_bounded() {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let pod = PodRef {
+            namespace: "ns".into(),
+            name: "job".into(),
+        };
+        let serving = tokio::spawn(serve_port_forward(
+            Connection::new(server),
+            Arc::new(Nowhere),
+            pod,
+        ));
+        let (mut read, mut write) = tokio::io::split(client);
+        let (mut out, mut deflater) = (Vec::new(), Deflater::default());
+        // One error stream per request id, and never its data stream.
+        for n in 0..=MAX_WAITING as u32 {
+            let headers = [
+                ("streamtype", "error".to_owned()),
+                ("requestid", n.to_string()),
+            ]
+            .map(|(name, value)| (name.to_owned(), value))
+            .to_vec();
+            let syn = Frame::SynStream(2 * n + 1, false, headers);
+            syn.encode(&mut out, &mut deflater).unwrap();
+        }
+        write.write_all(&out).await.unwrap();
+        let (mut buf, mut inflater) = (BytesMut::new(), Inflater::default());
+        let reset = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                while let Some(f) = frame::decode(&mut buf, &mut inflater).unwrap() {
+                    if let Frame::RstStream(stream, status::CANCEL) = f {
+                        return stream;
+                    }
+                }
+                assert!(read.read_buf(&mut buf).await.unwrap() > 0, "the end");
+            }
+        });
+        let reset = reset.await.expect("one request too many was reset");
+        assert_eq!(
+            reset,
+            2 * MAX_WAITING as u32 + 1,
+            "the first past the bound"
+        );
+        serving.abort();
+    }
+}
