@@ -1,7 +1,13 @@
 //! Watching a server's own tasks: a server is several tasks (the HTTP service, the TLS accept
 //! loop, for the callback the heartbeat monitor) and stops doing its work when any one of them
 //! ends. [`first_to_end`] says which ended first, and how, so the node's supervisor can stop the
-//! process instead of leading without the server.
+//! process instead of leading without the server. The connections themselves are served, within
+//! their bounds, by [`connections`].
+
+mod connections;
+
+pub use connections::ServeLimits;
+pub(crate) use connections::{ConnectionSlot, Tasks, serve};
 
 use futures::future::select_all;
 use tokio::task::JoinHandle;

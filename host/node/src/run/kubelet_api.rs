@@ -47,6 +47,51 @@ pub struct KubeletApiSettings {
     /// `--kubelet-client-certificate`). Default: the in-cluster CA, else the kubeconfig's.
     #[serde(default)]
     pub client_ca_file: Option<PathBuf>,
+    /// The listener's bounds: open connections, header and body timeouts.
+    #[serde(default)]
+    pub connections: super::listener::ConnectionSettings,
+    /// Each `kubectl exec`, `attach` or `port-forward` connection's bounds.
+    #[serde(default)]
+    pub streams: StreamSettings,
+    /// Sessions (an exec, a forwarded connection) open at once with one Pod a remote cluster
+    /// runs; the runner's Pods have the runner callback's limit per binding.
+    #[serde(default = "default_max_sessions_per_pod")]
+    pub max_sessions_per_pod: usize,
+}
+
+/// `kubeletApi.streams`: the bounds of one SPDY connection.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StreamSettings {
+    /// Streams open at once on one connection (an exec opens up to 5, a forwarded connection
+    /// 2); more are refused.
+    #[serde(default = "default_max_streams")]
+    pub max_per_connection: usize,
+    /// Seconds without a frame either way after which a connection is closed (the kubelet's
+    /// `streamingConnectionIdleTimeout`, 4 h).
+    #[serde(default = "default_stream_idle_timeout")]
+    pub idle_timeout_seconds: u64,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        StreamSettings {
+            max_per_connection: default_max_streams(),
+            idle_timeout_seconds: default_stream_idle_timeout(),
+        }
+    }
+}
+
+fn default_max_streams() -> usize {
+    crate::kubelet::spdy::Limits::default().max_streams
+}
+fn default_stream_idle_timeout() -> u64 {
+    crate::kubelet::spdy::Limits::default()
+        .idle_timeout
+        .as_secs()
+}
+fn default_max_sessions_per_pod() -> usize {
+    crate::kubelet::DEFAULT_MAX_SESSIONS_PER_POD
 }
 
 impl Default for KubeletApiSettings {
@@ -57,6 +102,9 @@ impl Default for KubeletApiSettings {
             cert_file: None,
             key_file: None,
             client_ca_file: None,
+            connections: Default::default(),
+            streams: StreamSettings::default(),
+            max_sessions_per_pod: default_max_sessions_per_pod(),
         }
     }
 }
@@ -80,6 +128,17 @@ impl KubeletApiSettings {
         if self.cert_file.is_some() != self.key_file.is_some() {
             bail!("kubeletApi.certFile and kubeletApi.keyFile: set both or neither");
         }
+        self.connections.check("kubeletApi.connections")?;
+        let streams = &self.streams;
+        if streams.max_per_connection == 0 {
+            bail!("kubeletApi.streams.maxPerConnection: 0 would refuse every stream");
+        }
+        if streams.idle_timeout_seconds == 0 {
+            bail!("kubeletApi.streams.idleTimeoutSeconds: 0 would close every connection");
+        }
+        if self.max_sessions_per_pod == 0 {
+            bail!("kubeletApi.maxSessionsPerPod: 0 would refuse every exec and port-forward");
+        }
         Ok(())
     }
 
@@ -97,6 +156,10 @@ impl KubeletApiSettings {
         let mut config = KubeletConfig::for_node(&node.name, node.kubelet_port);
         let host: std::net::IpAddr = self.listen_host.parse()?;
         config.listen.set_ip(host);
+        config.serve = self.connections.limits();
+        config.streams.max_streams = self.streams.max_per_connection;
+        config.streams.idle_timeout =
+            std::time::Duration::from_secs(self.streams.idle_timeout_seconds);
         config = match &self.client_ca_file {
             Some(path) => config.with_client_ca_file(path)?,
             None if std::path::Path::new(IN_CLUSTER_CA).exists() => {
@@ -132,7 +195,8 @@ impl KubeletApiSettings {
         )
         .with_lister(lister)
         .with_provider_logs(provider_logs(Arc::clone(reconciler)))
-        .with_provider_sessions(provider_sessions(Arc::clone(reconciler)));
+        .with_provider_sessions(provider_sessions(Arc::clone(reconciler)))
+        .with_max_provider_sessions(self.max_sessions_per_pod);
         let reviews = Arc::new(KubeAccessReview::new(client));
         KubeletServer::start(config, &tls, reviews, Arc::new(source))
             .await

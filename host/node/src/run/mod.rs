@@ -11,6 +11,7 @@ mod cluster;
 mod config;
 mod kubelet_api;
 mod leadership;
+mod listener;
 mod node;
 mod role;
 mod startup;

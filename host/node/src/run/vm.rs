@@ -83,6 +83,9 @@ pub struct RunnerSettings {
     /// default; `[]` runs every container Pod's command directly, as before the runner.
     #[serde(default = "default_container_providers")]
     pub container_providers: Vec<ProviderId>,
+    /// The callback listener's bounds: open connections, header and body timeouts.
+    #[serde(default)]
+    pub connections: super::listener::ConnectionSettings,
 }
 
 fn default_container_providers() -> Vec<ProviderId> {
@@ -122,6 +125,7 @@ impl RunnerSettings {
     pub fn check(&self) -> anyhow::Result<()> {
         self.listen_addr()?;
         self.executor_kind()?;
+        self.connections.check("runner.connections")?;
         if let Some(p) = self
             .container_providers
             .iter()
@@ -270,6 +274,7 @@ impl RunnerSettings {
             // Valid from registration, before the rental, for the boot timeout and the time
             // renting may take (a fallback ladder with provider retries).
             bootstrap_ttl: Duration::from_secs(self.boot_timeout_seconds + RENTAL_SLACK_SECONDS),
+            serve: self.connections.limits(),
             ..CallbackConfig::default()
         };
         let (server, events) = CallbackServer::start(config, &tls).await?;

@@ -95,6 +95,8 @@ pub struct CallbackConfig {
     pub session_open_timeout: Duration,
     /// How many sessions a binding may have open (or being opened) at once (16).
     pub max_sessions_per_binding: usize,
+    /// The listener's bounds: open connections, header and body timeouts.
+    pub serve: crate::serving::ServeLimits,
 }
 
 impl Default for CallbackConfig {
@@ -119,6 +121,7 @@ impl Default for CallbackConfig {
             adoption_window: Duration::ZERO,
             session_open_timeout: Duration::from_secs(15),
             max_sessions_per_binding: 16,
+            serve: crate::serving::ServeLimits::default(),
         }
     }
 }

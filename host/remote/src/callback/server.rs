@@ -38,7 +38,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::logs::{IngestError, MAX_LOG_RECORD, ingest};
@@ -46,8 +46,11 @@ use super::state::{CallbackHandle, State as Shared, monitor_heartbeats};
 use super::tokens::{IssuedSession, TokenError};
 use super::{CallbackConfig, CallbackError, RunnerEvent};
 use super::{ErrorBody, Heartbeat, ReauthRequest, StatusReport, TokenRequest, TokenResponse};
-use crate::serving::{ServerStopped, first_to_end};
+use crate::serving::{ServerStopped, Tasks, first_to_end};
 use crate::tls::{ClientAddr, TlsListener, TlsMaterial};
+
+/// How long [`CallbackServer::shutdown`] lets requests in flight finish before cutting them.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(super) type AppState = State<Arc<Shared>>;
 
@@ -57,10 +60,11 @@ pub struct CallbackServer {
     handle: CallbackHandle,
     local_addr: SocketAddr,
     cert_pem: String,
-    stop: Option<oneshot::Sender<()>>,
+    stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     accepting: JoinHandle<()>,
     monitor: JoinHandle<()>,
+    connections: Tasks,
 }
 
 impl CallbackServer {
@@ -78,27 +82,30 @@ impl CallbackServer {
             .map_err(|e| CallbackError::Bind(e.to_string()))?;
         let (events_tx, events) = mpsc::channel(1024);
         let timeout = config.heartbeat_timeout;
+        let limits = config.serve;
         let state = Arc::new(Shared::new(config, events_tx)?);
         let monitor = tokio::spawn(monitor_heartbeats(Arc::downgrade(&state), timeout));
-        let app = routes(state.clone()).into_make_service_with_connect_info::<ClientAddr>();
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "callback: server failed");
-            }
-        });
+        let (stop, stopped) = watch::channel(false);
+        let connections = Tasks::default();
+        let serve = crate::serving::serve(
+            listener,
+            routes(state.clone()),
+            limits,
+            |_, addr| ClientAddr(addr),
+            stopped,
+            connections.clone(),
+        );
+        let task = tokio::spawn(serve);
         tracing::info!(addr = %local_addr, "callback: serving runners over TLS");
         let server = Self {
             handle: CallbackHandle(state),
             local_addr,
             cert_pem: tls.cert_pem().to_string(),
-            stop: Some(stop),
+            stop,
             task,
             accepting,
             monitor,
+            connections,
         };
         Ok((server, events))
     }
@@ -129,15 +136,14 @@ impl CallbackServer {
         first_to_end("callback", tasks).await
     }
 
-    /// Stops accepting, lets requests in flight finish, and waits. An open log stream is not
-    /// waited for (it may stay open for seconds): it is answered 503 at once, so the runner
-    /// sends its records again to whichever node serves next.
-    pub async fn shutdown(mut self) {
+    /// Stops accepting, lets requests in flight finish (for up to 10 s, then cuts them), and
+    /// waits. An open log stream is not waited for (it may stay open for seconds): it is
+    /// answered 503 at once, so the runner sends its records again to whichever node serves
+    /// next.
+    pub async fn shutdown(self) {
         self.handle.0.closing.send_replace(true);
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = (&mut self.task).await;
+        self.stop.send_replace(true);
+        self.connections.shut_down(SHUTDOWN_GRACE).await;
     }
 }
 
@@ -146,6 +152,7 @@ impl Drop for CallbackServer {
         self.task.abort();
         self.accepting.abort();
         self.monitor.abort();
+        self.connections.stop();
     }
 }
 

@@ -39,6 +39,7 @@ mod auth;
 #[doc(hidden)]
 pub mod request;
 mod server;
+mod slots;
 mod source;
 /// SPDY/3.1, the multiplexing of `kubectl exec` and `port-forward` after the HTTP upgrade.
 pub mod spdy;
@@ -53,6 +54,7 @@ use std::time::Duration;
 pub use auth::{AccessReview, Decision, KubeAccessReview, Refusal, ReviewError, UserInfo};
 pub use request::RequestError;
 pub use server::KubeletServer;
+pub use slots::DEFAULT_MAX_SESSIONS_PER_POD;
 pub use source::{
     CallbackLogSource, LogError, LogSource, PodLister, PodLookup, PodPlacement, PodRef, PodUsage,
     ProviderLogs, ProviderSessions,
@@ -78,6 +80,10 @@ pub struct KubeletConfig {
     /// the caches off). Refused tokens are remembered for this long but at most 5 s; denials
     /// are not remembered.
     pub auth_cache_ttl: Duration,
+    /// The listener's bounds: open connections, header and body timeouts.
+    pub serve: crate::serving::ServeLimits,
+    /// Each SPDY connection's bounds (exec, attach, port-forward): open streams, idle timeout.
+    pub streams: spdy::Limits,
 }
 
 impl KubeletConfig {
@@ -88,6 +94,8 @@ impl KubeletConfig {
             node_name: node_name.into(),
             client_ca_pem: None,
             auth_cache_ttl: Duration::from_secs(30),
+            serve: crate::serving::ServeLimits::default(),
+            streams: spdy::Limits::default(),
         }
     }
 

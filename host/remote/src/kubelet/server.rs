@@ -5,6 +5,9 @@
 //!
 //! `/exec`, `/attach` and `/portForward` upgrade to SPDY and are served by [`super::streams`];
 //! they need `create` on `nodes/proxy` whatever the HTTP method ([`proxy_verb`]).
+//! Connections are served within the configured [`ServeLimits`](crate::serving::ServeLimits);
+//! an upgraded connection keeps its place under the connection cap until its SPDY session ends,
+//! and every SPDY session is a tracked task that shutdown ends.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,25 +16,24 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::connect_info::Connected;
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use axum::routing::get;
-use axum::serve::IncomingStream;
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_rustls::server::TlsStream;
 
 use super::auth::{AccessReview, Gate, Refusal, UserInfo, proxy_verb, verb};
 use super::request::{RequestError, parse_path, parse_query};
 use super::source::LogSource;
-use super::spdy::Connection;
+use super::spdy::{self, Connection};
 use super::streams::{self, ExecOptions, StreamTarget};
 use super::{KubeletConfig, KubeletError, x509};
-use crate::serving::{ServerStopped, first_to_end};
+use crate::serving::{ConnectionSlot, ServerStopped, Tasks, first_to_end};
 use crate::tls::{TlsListener, TlsMaterial};
 use neocloud_protocol::session::SessionRequest;
 
@@ -45,9 +47,10 @@ struct Peer {
     certificate: Option<UserInfo>,
 }
 
-impl Connected<IncomingStream<'_, TlsListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
-        let (_, session) = stream.io().get_ref();
+impl Peer {
+    /// The peer of a handshaken connection.
+    fn of(stream: &TlsStream<TcpStream>, addr: SocketAddr) -> Self {
+        let (_, session) = stream.get_ref();
         let certificate = session
             .peer_certificates()
             .and_then(|chain| chain.first())
@@ -57,10 +60,7 @@ impl Connected<IncomingStream<'_, TlsListener>> for Peer {
                 groups,
                 ..Default::default()
             });
-        Self {
-            addr: *stream.remote_addr(),
-            certificate,
-        }
+        Self { addr, certificate }
     }
 }
 
@@ -68,15 +68,19 @@ struct App {
     gate: Gate,
     source: Arc<dyn LogSource>,
     node: String,
+    /// Every connection and SPDY session, ended at shutdown.
+    tasks: Tasks,
+    streams: spdy::Limits,
 }
 
 /// A running kubelet API server.
 #[derive(Debug)]
 pub struct KubeletServer {
     local_addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
+    stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     accepting: JoinHandle<()>,
+    tasks: Tasks,
 }
 
 impl KubeletServer {
@@ -98,23 +102,31 @@ impl KubeletServer {
             .map_err(|e| KubeletError::Bind(e.to_string()))?;
         let gate = Gate::new(reviews, config.node_name.clone(), config.auth_cache_ttl);
         let node = config.node_name.clone();
-        let app = Arc::new(App { gate, source, node });
-        let service = routes(app).into_make_service_with_connect_info::<Peer>();
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(async move {
-            let serve = axum::serve(listener, service).with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "kubelet: server failed");
-            }
+        let tasks = Tasks::default();
+        let app = Arc::new(App {
+            gate,
+            source,
+            node,
+            tasks: tasks.clone(),
+            streams: config.streams,
         });
+        let (stop, stopped) = watch::channel(false);
+        let serve = crate::serving::serve(
+            listener,
+            routes(app),
+            config.serve,
+            Peer::of,
+            stopped,
+            tasks.clone(),
+        );
+        let task = tokio::spawn(serve);
         tracing::info!(addr = %local_addr, node = %config.node_name, "kubelet: serving the kubelet API");
         Ok(Self {
             local_addr,
-            stop: Some(stop),
+            stop,
             task,
             accepting,
+            tasks,
         })
     }
 
@@ -133,17 +145,16 @@ impl KubeletServer {
         first_to_end("kubelet", tasks).await
     }
 
-    /// Stops accepting, gives open streams a few seconds to finish, then cuts them.
-    pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if tokio::time::timeout(SHUTDOWN_GRACE, &mut self.task)
-            .await
-            .is_err()
-        {
-            self.task.abort();
-        }
+    /// Stops accepting, gives open requests and SPDY sessions a few seconds to finish, then
+    /// cuts them; returns once every connection and session task has ended.
+    pub async fn shutdown(self) {
+        self.stop.send_replace(true);
+        self.tasks.shut_down(SHUTDOWN_GRACE).await;
+    }
+
+    /// How many connections and SPDY sessions are being served.
+    pub fn open_connections(&self) -> usize {
+        self.tasks.running()
     }
 }
 
@@ -151,6 +162,7 @@ impl Drop for KubeletServer {
     fn drop(&mut self) {
         self.task.abort();
         self.accepting.abort();
+        self.tasks.stop();
     }
 }
 
@@ -354,8 +366,11 @@ impl App {
                 Box::new(move |conn| Box::pin(streams::serve_port_forward(conn, source, pod)))
             }
         };
-        tokio::spawn(async move {
-            if let Some(conn) = upgraded(upgrade).await {
+        let slot = request.extensions().get::<ConnectionSlot>().cloned();
+        let limits = self.streams;
+        self.tasks.spawn(async move {
+            let _slot = slot;
+            if let Some(conn) = upgraded(upgrade, limits).await {
                 serve(conn).await;
             }
         });
@@ -392,9 +407,12 @@ impl App {
 }
 
 /// The SPDY connection of an upgraded request; `None` (said in the log) when the upgrade failed.
-async fn upgraded(upgrade: hyper::upgrade::OnUpgrade) -> Option<Connection> {
+async fn upgraded(upgrade: hyper::upgrade::OnUpgrade, limits: spdy::Limits) -> Option<Connection> {
     match upgrade.await {
-        Ok(io) => Some(Connection::new(hyper_util::rt::TokioIo::new(io))),
+        Ok(io) => Some(Connection::with_limits(
+            hyper_util::rt::TokioIo::new(io),
+            limits,
+        )),
         Err(e) => {
             tracing::debug!(error = %e, "kubelet: the connection was not upgraded");
             None
@@ -424,3 +442,7 @@ mod tests {
         assert_eq!(bearer_token("Bearer"), None);
     }
 }
+
+#[cfg(test)]
+#[path = "server_tests.rs"]
+mod server_tests;

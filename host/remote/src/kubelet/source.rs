@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use neocloud_protocol::session::SessionRequest;
 
+use super::slots::{DEFAULT_MAX_SESSIONS_PER_POD, PodSessions};
 use crate::callback::{CallbackError, CallbackHandle, LogOptions, SessionIo};
 
 /// A Pod as the kubelet API names it: `/containerLogs/{namespace}/{name}/{container}`.
@@ -89,6 +90,14 @@ pub enum LogError {
         /// What failed.
         message: String,
     },
+    /// The Pod already has as many sessions open as it may.
+    #[error("pod {pod} already has {limit} sessions open or opening: close one first")]
+    TooManySessions {
+        /// The Pod.
+        pod: PodRef,
+        /// The limit.
+        limit: usize,
+    },
     /// The source failed.
     #[error("failed to read the logs of pod {pod}: {message}")]
     Internal {
@@ -111,6 +120,7 @@ impl LogError {
             | Self::NotStarted { .. }
             | Self::NoRunner { .. } => StatusCode::BAD_REQUEST,
             Self::Session { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManySessions { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -255,6 +265,9 @@ pub struct CallbackLogSource {
     runner_providers: BTreeSet<String>,
     provider_logs: Option<ProviderLogs>,
     provider_sessions: Option<ProviderSessions>,
+    /// Sessions open with each Pod the provider serves, and how many it may have.
+    provider_open: PodSessions,
+    max_provider_sessions: usize,
 }
 
 impl std::fmt::Debug for CallbackLogSource {
@@ -281,7 +294,16 @@ impl CallbackLogSource {
             runner_providers: runner_providers.into_iter().collect(),
             provider_logs: None,
             provider_sessions: None,
+            provider_open: PodSessions::default(),
+            max_provider_sessions: DEFAULT_MAX_SESSIONS_PER_POD,
         }
+    }
+
+    /// The same, with at most `limit` sessions open at once with one Pod its provider serves
+    /// (16 by default, as the runner callback allows per binding).
+    pub fn with_max_provider_sessions(mut self, limit: usize) -> Self {
+        self.max_provider_sessions = limit;
+        self
     }
 
     /// The same, reading the logs of Pods the runner does not run from their provider.
@@ -420,8 +442,13 @@ impl LogSource for CallbackLogSource {
                 else {
                     return Err(no_runner());
                 };
+                let limit = self.max_provider_sessions;
+                let Some(slot) = self.provider_open.take(pod, limit) else {
+                    let pod = pod.clone();
+                    return Err(LogError::TooManySessions { pod, limit });
+                };
                 return match open(&provider, instance, request).await {
-                    Ok(Some(io)) => Ok(io),
+                    Ok(Some(io)) => Ok(slot.hold(io)),
                     Ok(None) => Err(no_runner()),
                     Err(message) => Err(LogError::Session {
                         pod: pod.clone(),

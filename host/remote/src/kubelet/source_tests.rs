@@ -124,3 +124,42 @@ async fn without_a_provider_log_api_or_an_instance_there_is_no_log_and_failures_
         .await;
     assert!(matches!(e, LogError::ContainerNotFound { .. }), "{e}");
 }
+
+/// Opens a duplex stream per session, counting the calls.
+fn sessions(calls: Arc<std::sync::atomic::AtomicUsize>) -> ProviderSessions {
+    Arc::new(move |_: &str, _: &str, _| {
+        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move {
+            let (ours, _theirs) = tokio::io::duplex(64);
+            Ok(Some(Box::new(ours) as SessionIo))
+        })
+    })
+}
+
+#[tokio::test]
+async fn a_pod_its_provider_serves_has_a_limit_of_open_sessions_freed_when_one_closes() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let source = source("kube", Some("gpu-west/job"), None)
+        .with_provider_sessions(sessions(calls.clone()))
+        .with_max_provider_sessions(2);
+    let forward = || SessionRequest::PortForward { port: 80 };
+    let first = source.open_session(&job(), None, forward()).await;
+    let second = source.open_session(&job(), None, forward()).await;
+    assert!(first.is_ok() && second.is_ok());
+    let refused = source.open_session(&job(), None, forward()).await.err();
+    let limit = LogError::TooManySessions {
+        pod: job(),
+        limit: 2,
+    };
+    assert_eq!(refused, Some(limit.clone()));
+    assert_eq!(limit.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the provider was asked past the limit"
+    );
+    assert_eq!(source.provider_open.open(&job()), 2);
+    drop(first);
+    assert_eq!(source.provider_open.open(&job()), 1);
+    assert!(source.open_session(&job(), None, forward()).await.is_ok());
+}

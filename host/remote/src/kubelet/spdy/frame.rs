@@ -1,6 +1,14 @@
 //! SPDY/3 frames as bytes, and the zlib contexts of their header blocks (SPDY/3 draft, sections
-//! 2.2 to 2.6). Pure: no IO and no stream state; [`super::conn`] decides what a frame means.
-//! Both directions are here so that the tests' client speaks through the same codec.
+//! 2.2 to 2.6). Pure: no IO and no stream state; the connection decides what a frame means.
+//! Both directions are here so that the tests' client speaks through the same codec. Public only
+//! for the fuzz target and the memory tests (`#[doc(hidden)]`).
+//!
+//! Every size a client controls is bounded here, before anything is allocated for it: a control
+//! frame's length ([`MAX_CONTROL_LEN`]), a DATA frame's ([`MAX_DATA_FRAME`]), a header block's
+//! inflated size ([`MAX_HEADER_BLOCK`]), and what a header block becomes once parsed: the bytes
+//! of names and values as they are stored ([`MAX_HEADER_BYTES`], counted after NUL-separated
+//! values are split into pairs that each copy the name) and the number of pairs
+//! ([`MAX_HEADER_PAIRS`]). A frame past a bound is an error, which ends the connection.
 
 use std::sync::LazyLock;
 
@@ -10,10 +18,19 @@ use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 const VERSION: u16 = 3;
 const FLAG_FIN: u8 = 0x01;
 const STREAM_ID_MASK: u32 = 0x7fff_ffff;
-/// Control frames carry ids and header blocks; anything near this size is not from a client.
-pub(super) const MAX_CONTROL_LEN: usize = 1 << 20;
+/// Control frames carry ids and header blocks; kubectl's are a few dozen bytes.
+pub const MAX_CONTROL_LEN: usize = 64 * 1024;
 /// The most a header block may inflate to.
-const MAX_HEADER_BLOCK: usize = 1 << 20;
+pub const MAX_HEADER_BLOCK: usize = 64 * 1024;
+/// The most bytes of names and values one parsed header block may hold, counting each pair a
+/// NUL-separated value becomes with its own copy of the name.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// The most pairs one parsed header block may hold (kubectl sends three or four).
+pub const MAX_HEADER_PAIRS: usize = 256;
+/// The longest DATA frame accepted from a client: the whole frame is buffered before it is
+/// handed on, so this bounds the connection's read buffer. Go clients (kubectl) write at most
+/// 32 KiB per frame.
+pub const MAX_DATA_FRAME: usize = 1 << 20;
 /// DATA frames have a 24-bit length.
 const MAX_DATA_LEN: usize = (1 << 24) - 1;
 
@@ -27,21 +44,27 @@ const HEADERS: u16 = 8;
 const WINDOW_UPDATE: u16 = 9;
 
 /// GOAWAY status codes.
-pub(super) const GOAWAY_OK: u32 = 0;
-pub(super) const GOAWAY_PROTOCOL_ERROR: u32 = 1;
+pub const GOAWAY_OK: u32 = 0;
+/// GOAWAY: the client broke the protocol (or a bound).
+pub const GOAWAY_PROTOCOL_ERROR: u32 = 1;
 
 /// RST_STREAM status codes.
-pub(super) mod status {
-    pub(crate) const PROTOCOL_ERROR: u32 = 1;
-    pub(crate) const REFUSED_STREAM: u32 = 3;
-    pub(crate) const CANCEL: u32 = 5;
+pub mod status {
+    /// The stream broke the protocol.
+    pub const PROTOCOL_ERROR: u32 = 1;
+    /// The stream was not opened (too many streams, or the connection is going away).
+    pub const REFUSED_STREAM: u32 = 3;
+    /// The stream is no longer wanted.
+    pub const CANCEL: u32 = 5;
 }
 
 /// Why bytes are not SPDY/3.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum FrameError {
+pub enum FrameError {
     #[error("spdy control frame of {0} bytes is over the {MAX_CONTROL_LEN}-byte limit")]
     TooLong(usize),
+    #[error("spdy data frame of {0} bytes is over the {MAX_DATA_FRAME}-byte limit")]
+    DataFrameTooLong(usize),
     #[error("unsupported spdy version {0}")]
     Version(u16),
     #[error("spdy control frame of type {0} is too short")]
@@ -53,11 +76,11 @@ pub(crate) enum FrameError {
 }
 
 /// Header names and values, names as sent (the server lowercases what it reads).
-pub(crate) type Headers = Vec<(String, String)>;
+pub type Headers = Vec<(String, String)>;
 
 /// One SPDY/3 frame. Unknown control types are kept only by number, to be ignored.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Frame {
+pub enum Frame {
     /// Stream, FIN, payload.
     Data(u32, bool, Bytes),
     /// Stream, FIN, headers; likewise SYN_REPLY and HEADERS.
@@ -78,11 +101,7 @@ pub(crate) enum Frame {
 
 impl Frame {
     /// Appends the frame to `out`, compressing any header block with `deflater`.
-    pub(super) fn encode(
-        &self,
-        out: &mut Vec<u8>,
-        deflater: &mut Deflater,
-    ) -> Result<(), FrameError> {
+    pub fn encode(&self, out: &mut Vec<u8>, deflater: &mut Deflater) -> Result<(), FrameError> {
         let (kind, fin, words, headers) = match self {
             Frame::Data(stream, fin, data) => return encode_data(out, *stream, *fin, data),
             Frame::SynStream(s, fin, h) => (SYN_STREAM, *fin, vec![*s, 0], Some(h)),
@@ -123,7 +142,7 @@ fn flags(fin: bool) -> u8 {
 }
 
 /// Appends a control frame of `kind` with `payload`.
-pub(super) fn control(out: &mut Vec<u8>, kind: u16, flags: u8, payload: &[u8]) {
+pub fn control(out: &mut Vec<u8>, kind: u16, flags: u8, payload: &[u8]) {
     out.put_u16(0x8000 | VERSION);
     out.put_u16(kind);
     out.put_u32(u32::from(flags) << 24 | (payload.len() as u32 & 0x00ff_ffff));
@@ -131,10 +150,7 @@ pub(super) fn control(out: &mut Vec<u8>, kind: u16, flags: u8, payload: &[u8]) {
 }
 
 /// Takes the next whole frame off `buf`; `Ok(None)` when more bytes are needed.
-pub(super) fn decode(
-    buf: &mut BytesMut,
-    inflater: &mut Inflater,
-) -> Result<Option<Frame>, FrameError> {
+pub fn decode(buf: &mut BytesMut, inflater: &mut Inflater) -> Result<Option<Frame>, FrameError> {
     if buf.len() < 8 {
         return Ok(None);
     }
@@ -145,6 +161,9 @@ pub(super) fn decode(
     let is_control = first & 0x8000_0000 != 0;
     if is_control && len > MAX_CONTROL_LEN {
         return Err(FrameError::TooLong(len));
+    }
+    if !is_control && len > MAX_DATA_FRAME {
+        return Err(FrameError::DataFrameTooLong(len));
     }
     if buf.len() < 8 + len {
         buf.reserve(8 + len - buf.len());
@@ -218,6 +237,8 @@ fn header_block(headers: &Headers) -> Vec<u8> {
 }
 
 /// Reads a name/value block; names lowercased, NUL-separated values split into several pairs.
+/// The pairs and bytes they will take are counted before anything is copied, and a block past
+/// [`MAX_HEADER_PAIRS`] or [`MAX_HEADER_BYTES`] is refused.
 fn parse_header_block(mut block: &[u8]) -> Result<Headers, FrameError> {
     let bad = |what: &str| FrameError::HeaderBlock(what.to_owned());
     if block.len() < 4 {
@@ -227,31 +248,54 @@ fn parse_header_block(mut block: &[u8]) -> Result<Headers, FrameError> {
     if count > block.len() / 8 {
         return Err(bad(&format!("{count} pairs in {} bytes", block.len())));
     }
-    let mut headers = Vec::with_capacity(count);
+    let mut headers = Vec::with_capacity(count.min(MAX_HEADER_PAIRS));
+    let mut stored = 0usize;
     for _ in 0..count {
-        let mut field = || -> Result<String, FrameError> {
-            let len = if block.len() >= 4 {
-                block.get_u32() as usize
-            } else {
-                usize::MAX
-            };
-            let bytes = block.get(..len).ok_or_else(|| bad("truncated pair"))?;
-            block = &block[len..];
-            Ok(String::from_utf8_lossy(bytes).into_owned())
-        };
-        let name = field()?.to_ascii_lowercase();
-        let value = field()?;
+        let name = field(&mut block)?;
+        let value = field(&mut block)?;
         if name.is_empty() {
             return Err(bad("empty header name"));
         }
-        headers.extend(value.split('\0').map(|v| (name.clone(), v.to_owned())));
+        let pieces = value.iter().filter(|b| **b == 0).count() + 1;
+        if headers.len() + pieces > MAX_HEADER_PAIRS {
+            let pairs = headers.len() + pieces;
+            return Err(bad(&format!(
+                "{pairs} pairs or more after splitting values on NUL, over {MAX_HEADER_PAIRS}"
+            )));
+        }
+        // Counted as stored: text, where a byte that is not UTF-8 takes three.
+        let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+        let values: Vec<_> = value
+            .split(|b| *b == 0)
+            .map(String::from_utf8_lossy)
+            .collect();
+        stored += pieces * name.len() + values.iter().map(|v| v.len()).sum::<usize>();
+        if stored > MAX_HEADER_BYTES {
+            return Err(bad(&format!(
+                "{stored} bytes or more of names and values, over {MAX_HEADER_BYTES}"
+            )));
+        }
+        headers.extend(values.into_iter().map(|v| (name.clone(), v.into_owned())));
     }
     Ok(headers)
 }
 
+/// Takes one length-prefixed name or value off `block`.
+fn field<'a>(block: &mut &'a [u8]) -> Result<&'a [u8], FrameError> {
+    let truncated = || FrameError::HeaderBlock("truncated pair".to_owned());
+    let whole: &'a [u8] = block;
+    let Some((len, rest)) = whole.split_first_chunk::<4>() else {
+        return Err(truncated());
+    };
+    let len = u32::from_be_bytes(*len) as usize;
+    let bytes = rest.get(..len).ok_or_else(truncated)?;
+    *block = &rest[len..];
+    Ok(bytes)
+}
+
 /// One direction's compression context, kept for the whole connection.
 #[derive(Debug)]
-pub(super) struct Deflater {
+pub struct Deflater {
     inner: Compress,
     dictionary_set: bool,
 }
@@ -267,7 +311,7 @@ impl Default for Deflater {
 
 impl Deflater {
     /// Compresses `block` onto `out`, ending with a sync flush so the peer can inflate it now.
-    pub(super) fn compress(&mut self, block: &[u8], out: &mut Vec<u8>) -> Result<(), FrameError> {
+    pub fn compress(&mut self, block: &[u8], out: &mut Vec<u8>) -> Result<(), FrameError> {
         let fail = |e: flate2::CompressError| FrameError::HeaderBlock(e.to_string());
         if !self.dictionary_set {
             self.inner.set_dictionary(dictionary()).map_err(fail)?;
@@ -290,7 +334,7 @@ impl Deflater {
 
 /// The other direction's context: inflates header blocks in the order they arrived.
 #[derive(Debug)]
-pub(super) struct Inflater(Decompress);
+pub struct Inflater(Decompress);
 
 impl Default for Inflater {
     fn default() -> Self {
@@ -300,17 +344,19 @@ impl Default for Inflater {
 
 impl Inflater {
     /// Inflates and parses one header block (empty input is an empty block).
-    pub(super) fn headers(&mut self, compressed: &[u8]) -> Result<Headers, FrameError> {
+    pub fn headers(&mut self, compressed: &[u8]) -> Result<Headers, FrameError> {
         if compressed.is_empty() {
             return Ok(Vec::new());
         }
         parse_header_block(&self.inflate(compressed)?)
     }
 
+    /// Inflates `input`, which must end on a sync flush; refuses output past
+    /// [`MAX_HEADER_BLOCK`], checked before it returns and never holding more than one byte over.
     fn inflate(&mut self, input: &[u8]) -> Result<Vec<u8>, FrameError> {
         let fail = |e: flate2::DecompressError| FrameError::HeaderBlock(e.to_string());
         let start = self.0.total_in();
-        let mut out = Vec::with_capacity(input.len() * 4 + 64);
+        let mut out = Vec::with_capacity((input.len() * 4 + 64).min(MAX_HEADER_BLOCK + 1));
         loop {
             let (used, produced) = (self.0.total_in() - start, out.len());
             let mut progressed = false;
@@ -325,14 +371,14 @@ impl Inflater {
                 }
                 Err(e) => return Err(fail(e)),
             }
+            if out.len() > MAX_HEADER_BLOCK {
+                return Err(FrameError::HeaderBlock(format!(
+                    "inflates to over {MAX_HEADER_BLOCK} bytes"
+                )));
+            }
             let now_used = self.0.total_in() - start;
             if now_used as usize == input.len() && out.len() < out.capacity() {
                 return Ok(out);
-            }
-            if out.len() > MAX_HEADER_BLOCK {
-                return Err(FrameError::HeaderBlock(format!(
-                    "over {MAX_HEADER_BLOCK} bytes"
-                )));
             }
             if !progressed
                 && now_used == used
@@ -341,14 +387,16 @@ impl Inflater {
             {
                 return Err(FrameError::HeaderBlock("truncated zlib data".to_owned()));
             }
-            out.reserve(out.len().max(256));
+            // Room for at most one byte past the bound, which the check above refuses.
+            let room = out.len().max(256).min(MAX_HEADER_BLOCK + 1 - out.len());
+            out.reserve_exact(room);
         }
     }
 }
 
 /// The SPDY/3 header compression dictionary (draft 3, section 2.6.10.1): length-prefixed
 /// words, then a run of raw text.
-pub(super) fn dictionary() -> &'static [u8] {
+pub fn dictionary() -> &'static [u8] {
     static DICTIONARY: LazyLock<Vec<u8>> = LazyLock::new(|| {
         let mut d = Vec::with_capacity(1423);
         for word in DICTIONARY_WORDS.split('|') {

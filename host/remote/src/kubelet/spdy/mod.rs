@@ -31,9 +31,24 @@
 //!
 //! Not the HTTP upgrade, nor what the streams mean (exec's stdin/stdout/error/resize, a
 //! port-forward's data/error pairs): the kubelet handlers do that on top of [`Stream`](crate::kubelet::spdy::Stream)s.
+//!
+//! A client reaches this through the API server with nothing more than `pods/exec` (or
+//! `pods/portforward`), so everything a connection holds is bounded, whatever the client sends:
+//!
+//! | what | bound |
+//! | --- | --- |
+//! | read buffer | one frame: a control frame of at most 64 KiB, a DATA frame of at most 1 MiB ([`frame::MAX_DATA_FRAME`]) |
+//! | one header block | 64 KiB inflated, 64 KiB of names and values as stored, 256 pairs after splitting NUL-separated values |
+//! | open streams | [`Limits::max_streams`] (128); a SYN_STREAM past it is refused with RST_STREAM `REFUSED_STREAM` |
+//! | data received and not read yet | 2 MiB per connection, whatever the number of streams ([`MAX_UNREAD`]); the client waits past it |
+//! | streams waiting for `accept` | 16, with their headers |
+//! | frames waiting to be written | 64 frames of at most 16 KiB, plus a 64 KiB write batch |
+//! | silence | [`Limits::idle_timeout`] (4 h, the kubelet's `streamingConnectionIdleTimeout`) without a frame either way ends the connection with GOAWAY |
+//! | [`Connection::close`] | [`Limits::close_timeout`] (10 s) for a client that reads nothing, then the socket is dropped |
 
 mod conn;
-mod frame;
+#[doc(hidden)]
+pub mod frame;
 #[cfg(test)]
 pub(crate) mod test_client;
 #[cfg(test)]
@@ -42,9 +57,10 @@ mod tests;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, OwnedSemaphorePermit, mpsc};
 use tokio::task::JoinHandle;
 
 use conn::{Outgoing, Shared};
@@ -58,29 +74,65 @@ const OUT_QUEUE: usize = 64;
 const ACCEPT_QUEUE: usize = 16;
 /// DATA payloads queued for one [`StreamReader`] before the connection's reader waits.
 const STREAM_QUEUE: usize = 16;
+/// Bytes received on a connection's streams and not read yet, all streams together; past it the
+/// connection's reader waits (and so does the client, through TCP).
+pub const MAX_UNREAD: usize = 2 * 1024 * 1024;
+/// The largest piece a received DATA payload is handed on in, so that one piece always fits in
+/// [`MAX_UNREAD`].
+const MAX_PIECE: usize = 64 * 1024;
+
+/// The bounds of one connection (see the module's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Streams open at once (not yet closed by both sides nor reset); more are refused.
+    pub max_streams: usize,
+    /// A connection without a frame read or written for this long is closed.
+    pub idle_timeout: Duration,
+    /// How long [`Connection::close`] waits for its last frames to be written.
+    pub close_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_streams: 128,
+            idle_timeout: Duration::from_secs(4 * 60 * 60),
+            close_timeout: Duration::from_secs(10),
+        }
+    }
+}
 
 /// A server-side SPDY/3.1 connection over an upgraded HTTP connection.
 ///
-/// Dropping it without [`Connection::close`] leaves the streams already accepted working until
-/// the client goes; streams opened after that are refused.
+/// Dropping it without [`Connection::close`] ends its tasks: the socket is dropped and the
+/// streams already accepted end as if the client had gone.
 #[derive(Debug)]
 pub struct Connection {
     accepted: mpsc::Receiver<Stream>,
     out: mpsc::Sender<Outgoing>,
     reader: JoinHandle<()>,
     writer: JoinHandle<()>,
+    close_timeout: Duration,
 }
 
 impl Connection {
-    /// Starts the connection's reader/writer task(s) on `io`.
+    /// Starts the connection's reader/writer tasks on `io`, with the default [`Limits`].
     pub fn new<IO>(io: IO) -> Connection
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        Connection::with_limits(io, Limits::default())
+    }
+
+    /// Starts the connection's reader/writer tasks on `io` within `limits`.
+    pub fn with_limits<IO>(io: IO, limits: Limits) -> Connection
     where
         IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
         let (read, write) = tokio::io::split(io);
         let (out, out_rx) = mpsc::channel(OUT_QUEUE);
         let (accept, accepted) = mpsc::channel(ACCEPT_QUEUE);
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared::new(limits));
         let writer = tokio::spawn(conn::write_loop(write, out_rx, Arc::clone(&shared)));
         let reader = tokio::spawn(conn::read_loop(read, out.clone(), accept, shared));
         Connection {
@@ -88,30 +140,40 @@ impl Connection {
             out,
             reader,
             writer,
+            close_timeout: limits.close_timeout,
         }
     }
 
     /// The next stream the client opened (SYN_STREAM), already answered with an empty
-    /// SYN_REPLY; `None` once the client has gone (GOAWAY, EOF, error). Cancel-safe.
+    /// SYN_REPLY; `None` once the client has gone (GOAWAY, EOF, error, idle). Cancel-safe.
     pub async fn accept(&mut self) -> Option<Stream> {
         self.accepted.recv().await
     }
 
     /// Sends GOAWAY, finishes every open stream, flushes and closes the connection. Frames
-    /// queued before the call are sent first; writes after it fail. Waits for the writes, so a
-    /// client that reads nothing can hold it up: callers that must not wait put a timeout on it.
-    pub async fn close(self) {
-        let _ = self
-            .out
-            .send(Outgoing::Close {
-                status: frame::GOAWAY_OK,
-            })
-            .await;
-        drop(self.out);
-        if let Err(error) = self.writer.await {
-            tracing::warn!(%error, "spdy writer task failed");
+    /// queued before the call are sent first; writes after it fail. Waits for the writes at
+    /// most [`Limits::close_timeout`]: a client that reads nothing is then cut off.
+    pub async fn close(mut self) {
+        let status = frame::GOAWAY_OK;
+        let closed = tokio::time::timeout(self.close_timeout, async {
+            let _ = self.out.send(Outgoing::Close { status }).await;
+            (&mut self.writer).await
+        });
+        match closed.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "spdy writer task failed"),
+            Err(_) => tracing::debug!(
+                timeout = ?self.close_timeout,
+                "spdy client did not take the connection's last frames in time; cutting it"
+            ),
         }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
         self.reader.abort();
+        self.writer.abort();
     }
 }
 
@@ -119,8 +181,12 @@ impl Connection {
 #[derive(Debug)]
 struct StreamState {
     id: u32,
-    /// Our FIN was sent (or queued).
+    /// Our FIN was asked for (by [`StreamWriter::finish`]).
     finished: AtomicBool,
+    /// Our FIN is written (set by the writer task).
+    fin_sent: AtomicBool,
+    /// The client's FIN came.
+    remote_closed: AtomicBool,
     /// Reset by either side.
     reset: AtomicBool,
     /// Wakes a [`StreamReader::read`] when the stream is reset.
@@ -132,6 +198,8 @@ impl StreamState {
         StreamState {
             id,
             finished: AtomicBool::new(false),
+            fin_sent: AtomicBool::new(false),
+            remote_closed: AtomicBool::new(false),
             reset: AtomicBool::new(false),
             reset_signal: Notify::new(),
         }
@@ -139,6 +207,12 @@ impl StreamState {
 
     fn is_reset(&self) -> bool {
         self.reset.load(Ordering::SeqCst)
+    }
+
+    /// Closed by both sides, or reset: nothing more can happen on it.
+    fn is_over(&self) -> bool {
+        self.is_reset()
+            || (self.fin_sent.load(Ordering::SeqCst) && self.remote_closed.load(Ordering::SeqCst))
     }
 
     /// Marks the stream reset; true when it already was.
@@ -183,8 +257,11 @@ impl Stream {
 #[derive(Debug)]
 pub struct StreamReader {
     state: Arc<StreamState>,
-    data: mpsc::Receiver<Bytes>,
+    data: mpsc::Receiver<Piece>,
 }
+
+/// Received bytes and their share of the connection's [`MAX_UNREAD`], given back when read.
+type Piece = (Bytes, OwnedSemaphorePermit);
 
 impl StreamReader {
     /// The next DATA payload; `None` after the client's FIN or RST_STREAM, our own reset, or
@@ -197,7 +274,7 @@ impl StreamReader {
             return None;
         }
         tokio::select! {
-            data = self.data.recv() => data,
+            piece = self.data.recv() => piece.map(|(data, _unread)| data),
             () = reset => None,
         }
     }
@@ -209,6 +286,7 @@ impl StreamReader {
 pub struct StreamWriter {
     state: Arc<StreamState>,
     out: mpsc::Sender<Outgoing>,
+    shared: Arc<Shared>,
 }
 
 impl StreamWriter {
@@ -244,18 +322,19 @@ impl StreamWriter {
     }
 
     /// Resets the stream (RST_STREAM, status CANCEL); idempotent. The stream's reader then
-    /// returns `None` and later writes fail.
+    /// returns `None`, later writes fail, and the stream no longer counts as open.
     pub async fn reset(&self) {
         if self.state.mark_reset() {
             return;
         }
+        self.shared.forget(&self.state);
         let frame = Frame::RstStream(self.state.id, status::CANCEL);
         let _ = self.send(frame).await;
     }
 
     async fn send(&self, frame: Frame) -> io::Result<()> {
         self.out
-            .send(Outgoing::Frame(frame))
+            .send(Outgoing::Stream(Arc::clone(&self.state), frame))
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "spdy connection is closed"))
     }

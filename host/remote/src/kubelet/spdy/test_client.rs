@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
-use super::Connection;
+use super::{Connection, Limits};
 pub(crate) use super::frame::Frame;
 use super::frame::{self, Deflater, Inflater};
 
@@ -42,6 +42,18 @@ impl Client {
         }
     }
 
+    /// The next frame from the server however long it takes; `None` at EOF.
+    pub(crate) async fn next_unbounded(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(frame) = frame::decode(&mut self.buf, &mut self.inflater).unwrap() {
+                return Some(frame);
+            }
+            if self.io.read_buf(&mut self.buf).await.unwrap() == 0 {
+                return None;
+            }
+        }
+    }
+
     /// Opens `stream` with `headers` and checks the empty SYN_REPLY.
     pub(crate) async fn open(&mut self, stream: u32, headers: &[(&str, &str)]) {
         self.send(syn_stream(stream, headers)).await;
@@ -69,12 +81,17 @@ pub(crate) fn syn_stream(stream: u32, headers: &[(&str, &str)]) -> Frame {
 
 /// A client and the server's connection, over a pipe.
 pub(crate) fn connect() -> (Client, Connection) {
-    let (client, server) = tokio::io::duplex(1 << 20);
+    connect_with(Limits::default(), 1 << 20)
+}
+
+/// A client and a connection with `limits` over a pipe that buffers `pipe` bytes.
+pub(crate) fn connect_with(limits: Limits, pipe: usize) -> (Client, Connection) {
+    let (client, server) = tokio::io::duplex(pipe);
     let client = Client {
         io: client,
         deflater: Deflater::default(),
         inflater: Inflater::default(),
         buf: BytesMut::new(),
     };
-    (client, Connection::new(server))
+    (client, Connection::with_limits(server, limits))
 }

@@ -6,7 +6,7 @@ use flate2::{Compress, Compression, FlushCompress};
 use tokio::io::AsyncWriteExt;
 
 use super::frame::{self, Deflater, Frame, Inflater, status};
-use super::test_client::connect;
+use super::test_client::{connect, connect_with};
 use super::*;
 
 fn data(stream: u32, fin: bool, data: &'static [u8]) -> Option<Frame> {
@@ -272,4 +272,144 @@ fn header_blocks_that_lie_about_their_counts_are_errors() {
         deflater.compress(block, &mut compressed).unwrap();
         assert!(inflater.headers(&compressed).is_err());
     }
+}
+
+#[tokio::test]
+async fn streams_past_the_cap_are_refused_and_a_reset_from_either_side_frees_a_place() {
+    let limits = Limits {
+        max_streams: 3,
+        ..Limits::default()
+    };
+    let (mut client, mut conn) = connect_with(limits, 1 << 20);
+    for id in [1, 3, 5] {
+        client.open(id, &[]).await;
+    }
+    let held: Vec<Stream> = vec![
+        conn.accept().await.unwrap(),
+        conn.accept().await.unwrap(),
+        conn.accept().await.unwrap(),
+    ];
+    client.send(Frame::SynStream(7, false, vec![])).await;
+    let refused = Frame::RstStream(7, status::REFUSED_STREAM);
+    assert_eq!(client.next().await, Some(refused));
+    // Our reset of stream 1 frees its place.
+    let mut held = held.into_iter();
+    let (_, one) = held.next().unwrap().split();
+    one.reset().await;
+    assert_eq!(
+        client.next().await,
+        Some(Frame::RstStream(1, status::CANCEL))
+    );
+    client.open(9, &[]).await;
+    assert_eq!(conn.accept().await.unwrap().id(), 9);
+    // So does the client's reset of stream 3, and both sides' FIN of stream 5.
+    client.send(Frame::RstStream(3, status::CANCEL)).await;
+    let (_, five) = held.nth(1).unwrap().split();
+    client.data(5, true, b"").await;
+    five.finish().await.unwrap();
+    assert_eq!(client.next().await, data(5, true, b""));
+    client.open(11, &[]).await;
+    client.open(13, &[]).await;
+    client.send(Frame::SynStream(15, false, vec![])).await;
+    let refused = Frame::RstStream(15, status::REFUSED_STREAM);
+    assert_eq!(client.next().await, Some(refused));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_connection_is_closed_after_the_idle_timeout_and_a_busy_one_is_not() {
+    let limits = Limits {
+        idle_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let (mut client, mut conn) = connect_with(limits, 1 << 20);
+    client.open(1, &[]).await;
+    let (mut reader, _writer) = conn.accept().await.unwrap().split();
+    // Busy: a ping every 20 s for five minutes.
+    for ping in 0..15u32 {
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        client.send(Frame::Ping(2 * ping + 1)).await;
+        assert_eq!(client.next().await, Some(Frame::Ping(2 * ping + 1)));
+    }
+    // Then silent: GOAWAY, our FIN, and the end, within the timeout and a little.
+    let ended = tokio::time::timeout(Duration::from_secs(70), async {
+        let mut frames = Vec::new();
+        while let Some(frame) = client.next_unbounded().await {
+            frames.push(frame);
+        }
+        frames
+    });
+    let frames = ended.await.expect("the idle connection was closed");
+    assert_eq!(
+        frames,
+        [
+            Frame::GoAway(1, frame::GOAWAY_OK),
+            Frame::Data(1, true, Bytes::new())
+        ]
+    );
+    assert_eq!(reader.read().await, None);
+    assert!(conn.accept().await.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_gives_up_on_a_client_that_reads_nothing() {
+    let (mut client, mut conn) = connect_with(Limits::default(), 4096);
+    client.open(1, &[]).await;
+    let (_reader, writer) = conn.accept().await.unwrap().split();
+    // Fills the pipe and the queue: the client never reads again.
+    let filler = tokio::spawn(async move {
+        loop {
+            if writer.write(&[0; 16 * 1024]).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::timeout(Duration::from_secs(60), conn.close())
+        .await
+        .expect("close returns within its timeout although the client reads nothing");
+    tokio::time::timeout(Duration::from_secs(60), filler)
+        .await
+        .expect("writes fail once the connection is closed")
+        .unwrap();
+}
+
+/// A header block of one pair: `name` and `value`, compressed with the SPDY dictionary.
+fn block(name: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut raw = vec![0, 0, 0, 1];
+    raw.extend_from_slice(&(name.len() as u32).to_be_bytes());
+    raw.extend_from_slice(name);
+    raw.extend_from_slice(&(value.len() as u32).to_be_bytes());
+    raw.extend_from_slice(value);
+    let mut compressed = Vec::new();
+    Deflater::default().compress(&raw, &mut compressed).unwrap();
+    compressed
+}
+
+#[test]
+fn header_blocks_past_their_bounds_once_split_or_inflated_are_errors() {
+    // 300 NULs: 301 pairs of a 1-byte name, over the pair bound, from a tiny block.
+    let split = Inflater::default().headers(&block(b"a", &[0; 300]));
+    assert!(
+        split.unwrap_err().to_string().contains("pairs"),
+        "pairs past the bound"
+    );
+    // 200 pieces of a 1 KiB name: 200 KiB stored from 1 KiB inflated.
+    let copies = Inflater::default().headers(&block(&[b'n'; 1024], &[0; 199]));
+    assert!(
+        copies.unwrap_err().to_string().contains("bytes"),
+        "stored bytes past the bound"
+    );
+    // A 48 KiB name and 48 KiB of NULs inflate past 64 KiB.
+    let inflated = Inflater::default().headers(&block(&[b'n'; 48 * 1024], &[0; 48 * 1024]));
+    assert!(
+        inflated
+            .unwrap_err()
+            .to_string()
+            .contains("inflates to over")
+    );
+    // Within the bounds: 255 pairs.
+    let fine = Inflater::default()
+        .headers(&block(b"x", &[0; 254]))
+        .unwrap();
+    assert_eq!(fine.len(), 255);
 }

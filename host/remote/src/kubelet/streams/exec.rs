@@ -14,6 +14,7 @@ use neocloud_protocol::session::{ExitStatus, Frame, FrameWriter, TerminalSize, s
 use serde_json::json;
 use tokio::io::WriteHalf;
 use tokio::sync::Mutex;
+use tokio::task::JoinSet;
 
 use super::super::source::LogError;
 use super::super::spdy::{Connection, StreamReader, StreamWriter};
@@ -152,6 +153,10 @@ async fn pump_stdin(mut stdin: StreamReader, writer: SessionWriter) {
     send(&writer, Frame::StdinEnd).await;
 }
 
+/// The most bytes of an unfinished terminal size kept while waiting for its end; a size is a
+/// few dozen bytes.
+const MAX_RESIZE_PENDING: usize = 4096;
+
 /// Relays terminal sizes: the stream carries JSON objects `{"Width":..,"Height":..}` back to
 /// back.
 async fn pump_resize(mut resize: StreamReader, writer: SessionWriter) {
@@ -181,6 +186,13 @@ async fn pump_resize(mut resize: StreamReader, writer: SessionWriter) {
             }
         }
         buffer.drain(..consumed);
+        if buffer.len() > MAX_RESIZE_PENDING {
+            tracing::debug!(
+                pending = buffer.len(),
+                "kubelet: terminal size longer than {MAX_RESIZE_PENDING} bytes; ignoring the rest"
+            );
+            return;
+        }
         for size in parsed {
             let size = TerminalSize {
                 width: size.width,
@@ -208,12 +220,13 @@ pub(crate) async fn serve_exec(
     // Read as frames through one buffer: a read the `select!` below drops loses no byte.
     let (mut from_runner, to_runner) = split_frames(session);
     let to_runner: SessionWriter = Arc::new(Mutex::new(to_runner));
-    let mut pumps = Vec::new();
+    // Owned here: dropping this future (the server's shutdown) ends them too.
+    let mut pumps = JoinSet::new();
     if let Some(stdin) = streams.stdin.take() {
-        pumps.push(tokio::spawn(pump_stdin(stdin, to_runner.clone())));
+        pumps.spawn(pump_stdin(stdin, to_runner.clone()));
     }
     if let Some(resize) = streams.resize.take() {
-        pumps.push(tokio::spawn(pump_resize(resize, to_runner.clone())));
+        pumps.spawn(pump_resize(resize, to_runner.clone()));
     }
     let status = loop {
         tokio::select! {
@@ -232,9 +245,7 @@ pub(crate) async fn serve_exec(
             },
         }
     };
-    for pump in pumps {
-        pump.abort();
-    }
+    pumps.abort_all();
     if let Some(status) = status {
         streams.end(status).await;
     }
@@ -259,14 +270,12 @@ pub(crate) async fn serve_attach(
         conn.close().await;
         return;
     };
-    let mut drains = Vec::new();
+    let mut drains = JoinSet::new();
     for mut reader in [streams.stdin.take(), streams.resize.take()]
         .into_iter()
         .flatten()
     {
-        drains.push(tokio::spawn(async move {
-            while reader.read().await.is_some() {}
-        }));
+        drains.spawn(async move { while reader.read().await.is_some() {} });
     }
     let ended = loop {
         tokio::select! {
@@ -287,9 +296,7 @@ pub(crate) async fn serve_attach(
             },
         }
     };
-    for drain in drains {
-        drain.abort();
-    }
+    drains.abort_all();
     if ended {
         streams
             .end(json!({"metadata": {}, "status": "Success"}))

@@ -3,16 +3,24 @@
 //! Each pair becomes one runner session that connects to the port on the workload's side, so
 //! concurrent connections never share a byte. A failure is written on the pair's error stream,
 //! worded as the kubelet words it.
+//!
+//! At most [`MAX_WAITING`] request ids wait for their other half (each for at most
+//! [`STREAM_CREATION_TIMEOUT`]); a stream that would start one more is reset. The forwarded
+//! connections are tasks owned by the connection's handler, so they end with it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::{SinkExt, StreamExt};
 use neocloud_protocol::session::{Frame, SessionRequest, chunks, split_frames};
+use tokio::task::JoinSet;
 
 use super::super::source::{LogSource, PodRef};
 use super::super::spdy::{Connection, Stream, StreamReader, StreamWriter};
 use super::STREAM_CREATION_TIMEOUT;
+
+/// Request ids waiting for the other stream of their pair, on one connection.
+pub(crate) const MAX_WAITING: usize = 32;
 
 /// The half of a pair that arrived first, waiting for the other.
 struct Waiting {
@@ -38,6 +46,7 @@ pub(crate) async fn serve_port_forward(
     pod: PodRef,
 ) {
     let mut waiting: HashMap<String, Waiting> = HashMap::new();
+    let mut forwards = JoinSet::new();
     let mut sweep = tokio::time::interval(STREAM_CREATION_TIMEOUT / 4);
     loop {
         let stream = tokio::select! {
@@ -49,9 +58,19 @@ pub(crate) async fn serve_port_forward(
                 expire(&mut waiting).await;
                 continue;
             }
+            Some(_) = forwards.join_next() => continue,
         };
         let kind = stream.header("streamtype").unwrap_or_default().to_owned();
         let id = request_id(&stream, &kind);
+        if !waiting.contains_key(&id) && waiting.len() >= MAX_WAITING {
+            tracing::debug!(
+                request = id,
+                max = MAX_WAITING,
+                "kubelet: too many port-forward requests waiting for their other stream; resetting"
+            );
+            stream.split().1.reset().await;
+            continue;
+        }
         let entry = waiting.entry(id.clone()).or_insert_with(|| Waiting {
             error: None,
             data: None,
@@ -77,7 +96,7 @@ pub(crate) async fn serve_port_forward(
                 ..
             }) = waiting.remove(&id)
         {
-            tokio::spawn(forward(source.clone(), pod.clone(), error, data));
+            forwards.spawn(forward(source.clone(), pod.clone(), error, data));
         }
     }
     conn.close().await;
@@ -141,8 +160,10 @@ async fn run(
         .await
         .map_err(|e| e.to_string())?;
     let (mut from_runner, mut to_runner) = split_frames(session);
-    // The only writer towards the runner: the caller's bytes, then their end.
-    let upstream = tokio::spawn(async move {
+    // The only writer towards the runner: the caller's bytes, then their end. Owned here, so
+    // it ends with this forward however that ends.
+    let mut upstream = JoinSet::new();
+    upstream.spawn(async move {
         while let Some(bytes) = data_in.read().await {
             for chunk in chunks(&bytes) {
                 if to_runner.send(Frame::Data(chunk.to_vec())).await.is_err() {
@@ -168,6 +189,79 @@ async fn run(
             Some(Err(e)) => break Err(format!("the runner's session failed: {e}")),
         }
     };
-    upstream.abort();
+    upstream.abort_all();
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+    use futures::stream::BoxStream;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::super::super::source::LogError;
+    use super::super::super::spdy::frame::{self, Deflater, Frame, Inflater, status};
+    use super::*;
+    use crate::callback::LogOptions;
+
+    /// A Pod nothing is ever forwarded to: no pair here completes.
+    struct Nowhere;
+
+    #[async_trait::async_trait]
+    impl LogSource for Nowhere {
+        async fn logs(
+            &self,
+            pod: &PodRef,
+            _: &str,
+            _: LogOptions,
+        ) -> Result<BoxStream<'static, Bytes>, LogError> {
+            Err(LogError::PodNotFound { pod: pod.clone() })
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_waiting_for_their_other_stream_are_bounded() {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let pod = PodRef {
+            namespace: "ns".into(),
+            name: "job".into(),
+        };
+        let serving = tokio::spawn(serve_port_forward(
+            Connection::new(server),
+            Arc::new(Nowhere),
+            pod,
+        ));
+        let (mut read, mut write) = tokio::io::split(client);
+        let (mut out, mut deflater) = (Vec::new(), Deflater::default());
+        // One error stream per request id, and never its data stream.
+        for n in 0..=MAX_WAITING as u32 {
+            let headers = [
+                ("streamtype", "error".to_owned()),
+                ("requestid", n.to_string()),
+            ]
+            .map(|(name, value)| (name.to_owned(), value))
+            .to_vec();
+            let syn = Frame::SynStream(2 * n + 1, false, headers);
+            syn.encode(&mut out, &mut deflater).unwrap();
+        }
+        write.write_all(&out).await.unwrap();
+        let (mut buf, mut inflater) = (BytesMut::new(), Inflater::default());
+        let reset = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                while let Some(f) = frame::decode(&mut buf, &mut inflater).unwrap() {
+                    if let Frame::RstStream(stream, status::CANCEL) = f {
+                        return stream;
+                    }
+                }
+                assert!(read.read_buf(&mut buf).await.unwrap() > 0, "the end");
+            }
+        });
+        let reset = reset.await.expect("one request too many was reset");
+        assert_eq!(
+            reset,
+            2 * MAX_WAITING as u32 + 1,
+            "the first past the bound"
+        );
+        serving.abort();
+    }
 }

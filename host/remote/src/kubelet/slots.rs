@@ -1,0 +1,106 @@
+//! The cap on sessions (exec, forwarded connections) open at once with one Pod whose provider
+//! serves them (a remote cluster's Pod), as the runner callback caps them per binding for the
+//! Pods it runs. A session holds its place from the moment it is asked for until its stream is
+//! dropped.
+//!
+//! Not the runner's cap (`CallbackConfig::max_sessions_per_binding`), and not what a session
+//! carries.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::source::PodRef;
+use crate::callback::SessionIo;
+
+/// Sessions per Pod unless configured otherwise: the runner callback's default per binding.
+pub const DEFAULT_MAX_SESSIONS_PER_POD: usize = 16;
+
+/// How many sessions each Pod has open or opening.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct PodSessions(Arc<Mutex<HashMap<PodRef, usize>>>);
+
+impl PodSessions {
+    /// A place for one more session with `pod`; `None` when it has `limit` already.
+    pub(crate) fn take(&self, pod: &PodRef, limit: usize) -> Option<Slot> {
+        let mut open = self.0.lock();
+        let count = open.entry(pod.clone()).or_default();
+        if *count >= limit {
+            return None;
+        }
+        *count += 1;
+        Some(Slot {
+            sessions: self.clone(),
+            pod: pod.clone(),
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn open(&self, pod: &PodRef) -> usize {
+        self.0.lock().get(pod).copied().unwrap_or_default()
+    }
+}
+
+/// One session's place; given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    sessions: PodSessions,
+    pod: PodRef,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.sessions.0.lock();
+        if let Some(count) = open.get_mut(&self.pod) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.pod);
+            }
+        }
+    }
+}
+
+impl Slot {
+    /// `io`, holding this place until it is dropped.
+    pub(crate) fn hold(self, io: SessionIo) -> SessionIo {
+        Box::new(Held { io, _slot: self })
+    }
+}
+
+/// A session stream with its place.
+struct Held {
+    io: SessionIo,
+    _slot: Slot,
+}
+
+impl AsyncRead for Held {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Held {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
