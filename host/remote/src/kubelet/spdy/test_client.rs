@@ -8,9 +8,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
-use super::{Connection, Limits};
 pub(crate) use super::frame::Frame;
 use super::frame::{self, Deflater, Inflater};
+use super::{Connection, Limits};
 
 /// The client's end of a connection.
 pub(crate) struct Client {
