@@ -57,6 +57,9 @@ pub struct ControlPlane {
 }
 
 /// The loopback ports of one control plane.
+/// How many times [`ControlPlane::start`] tries when a picked port was taken meanwhile.
+const START_TRIES: u32 = 3;
+
 pub(crate) struct Ports {
     pub(crate) etcd_client: u16,
     pub(crate) etcd_peer: u16,
@@ -68,7 +71,24 @@ pub(crate) struct Ports {
 impl ControlPlane {
     /// Starts every component and waits until each is ready. On failure, stops what started and
     /// returns an error that carries the failing component's log.
+    ///
+    /// Ports are picked free and then let go, so another process may take one before its
+    /// component binds it; a start that fails that way is tried again with new ports, up to
+    /// three times.
     pub async fn start(options: Options) -> Result<Self, Error> {
+        let mut tries = 1;
+        loop {
+            match Self::start_once(&options).await {
+                Err(e) if e.is_port_taken() && tries < START_TRIES => {
+                    tracing::warn!(error = %e, "testenv: a port was taken before its component bound it; starting again with new ports");
+                    tries += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    async fn start_once(options: &Options) -> Result<Self, Error> {
         let bin = match &options.bin_dir {
             Some(dir) => dir.clone(),
             None => binaries::locate()?,
@@ -95,7 +115,7 @@ impl ControlPlane {
             components: Mutex::new(Vec::new()),
             keep_dir: options.keep_dir,
         };
-        match cp.start_components(&bin, &ports, &options).await {
+        match cp.start_components(&bin, &ports, options).await {
             Ok(()) => Ok(cp),
             Err(e) => {
                 let others = cp.logs(20);

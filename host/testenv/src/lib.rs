@@ -205,6 +205,19 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
+impl Error {
+    /// Whether a component could not bind its port because another process took it after the
+    /// harness picked it (the harness finds a free port and lets it go before the component
+    /// starts).
+    pub fn is_port_taken(&self) -> bool {
+        match self {
+            Error::Exited { tail, .. } => tail.contains("address already in use"),
+            Error::Start { source, .. } => source.is_port_taken(),
+            _ => false,
+        }
+    }
+}
+
 /// Writes `contents` to `path`; an error names the file.
 pub(crate) fn write_file(path: &std::path::Path, contents: &str) -> Result<(), Error> {
     std::fs::write(path, contents).map_err(|e| Error::io(format!("write {}", path.display()), e))
@@ -216,5 +229,34 @@ impl Error {
             what: what.into(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::Error;
+
+    fn exited(tail: &str) -> Error {
+        Error::Exited {
+            component: "etcd".into(),
+            status: "exit status: 1".into(),
+            log: "etcd.log".into(),
+            tail: tail.into(),
+        }
+    }
+
+    #[test]
+    fn a_component_that_lost_its_port_is_told_apart_from_other_failures() {
+        let taken = exited(
+            r#"{"level":"fatal","error":"listen tcp 127.0.0.1:42371: bind: address already in use"}"#,
+        );
+        assert!(taken.is_port_taken());
+        let start = Error::Start {
+            dir: "/tmp/cp".into(),
+            source: Box::new(taken),
+            others: String::new(),
+        };
+        assert!(start.is_port_taken(), "through the start error");
+        assert!(!exited("panic: out of disk").is_port_taken());
     }
 }
