@@ -271,6 +271,26 @@ impl Listener for TlsListener {
     }
 }
 
+/// A TLS client of `addr` that trusts only the certificate `cert_pem` and expects the name
+/// `127.0.0.1`, as the tests' servers present it.
+#[cfg(test)]
+pub(crate) async fn test_connect(
+    addr: SocketAddr,
+    cert_pem: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(cert_pem.as_bytes()) {
+        roots.add(cert.expect("pem")).expect("root");
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    connector.connect(name, tcp).await
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -299,17 +319,7 @@ mod tests {
 
     /// A well-behaved client: handshakes, reads the answer.
     async fn fetch(addr: SocketAddr, cert_pem: &str) -> std::io::Result<Vec<u8>> {
-        let mut roots = RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(cert_pem.as_bytes()) {
-            roots.add(cert.expect("pem")).expect("root");
-        }
-        let config = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        let tcp = TcpStream::connect(addr).await?;
-        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
-        let mut tls = connector.connect(name, tcp).await?;
+        let mut tls = test_connect(addr, cert_pem).await?;
         let mut out = Vec::new();
         tls.read_to_end(&mut out).await?;
         Ok(out)

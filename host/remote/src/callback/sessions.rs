@@ -253,10 +253,7 @@ impl Offered<'_> {
                 });
             }
         };
-        Ok(Box::new(Counted {
-            io,
-            _slot: self.slot.take(),
-        }))
+        Ok(holding(io, self.slot.take()))
     }
 }
 
@@ -266,13 +263,18 @@ impl Drop for Offered<'_> {
     }
 }
 
-/// A session's connection holding its binding's [`Slot`].
-struct Counted {
-    io: SessionIo,
-    _slot: Option<Slot>,
+/// `io`, holding `guard` (a session's place under a cap) until the stream is dropped.
+pub(crate) fn holding<G: Send + Unpin + 'static>(io: SessionIo, guard: G) -> SessionIo {
+    Box::new(Holding { io, _guard: guard })
 }
 
-impl AsyncRead for Counted {
+/// A session's stream and what it holds while open.
+struct Holding<G> {
+    io: SessionIo,
+    _guard: G,
+}
+
+impl<G: Unpin> AsyncRead for Holding<G> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -282,7 +284,7 @@ impl AsyncRead for Counted {
     }
 }
 
-impl AsyncWrite for Counted {
+impl<G: Unpin> AsyncWrite for Holding<G> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -7,9 +7,6 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use futures::stream::BoxStream;
 use parking_lot::Mutex;
-use rustls::RootCertStore;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::super::auth::{AccessReview, Decision, ReviewError, UserInfo};
@@ -17,7 +14,7 @@ use super::super::source::{LogError, LogSource, PodRef};
 use super::super::spdy::frame::{self, Deflater, Frame, Inflater};
 use super::super::{KubeletConfig, KubeletServer};
 use crate::callback::{LogOptions, SessionIo};
-use crate::tls::TlsMaterial;
+use crate::tls::{TlsMaterial, test_connect};
 use neocloud_protocol::session::SessionRequest;
 
 /// Any token is alice's, and alice may do anything.
@@ -80,19 +77,9 @@ async fn port_forward(
     server: &KubeletServer,
     cert_pem: &str,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(cert_pem.as_bytes()) {
-        roots.add(cert.expect("pem")).expect("root");
-    }
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(server.local_addr())
+    let mut tls = test_connect(server.local_addr(), cert_pem)
         .await
-        .expect("connect");
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
-    let mut tls = connector.connect(name, tcp).await.expect("handshake");
+        .expect("connect and handshake");
     let request = "POST /portForward/ns/job HTTP/1.1\r\nhost: node\r\nauthorization: Bearer t\r\n\
                    connection: Upgrade\r\nupgrade: SPDY/3.1\r\n\
                    x-stream-protocol-version: portforward.k8s.io\r\n\r\n";

@@ -7,15 +7,13 @@
 //! carries.
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::source::PodRef;
 use crate::callback::SessionIo;
+use crate::callback::sessions::holding;
 
 /// Sessions per Pod unless configured otherwise: the runner callback's default per binding.
 pub const DEFAULT_MAX_SESSIONS_PER_POD: usize = 16;
@@ -67,40 +65,6 @@ impl Drop for Slot {
 impl Slot {
     /// `io`, holding this place until it is dropped.
     pub(crate) fn hold(self, io: SessionIo) -> SessionIo {
-        Box::new(Held { io, _slot: self })
-    }
-}
-
-/// A session stream with its place.
-struct Held {
-    io: SessionIo,
-    _slot: Slot,
-}
-
-impl AsyncRead for Held {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Held {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        holding(io, self)
     }
 }

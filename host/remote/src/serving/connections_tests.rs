@@ -4,15 +4,11 @@
 use std::time::Duration;
 
 use axum::routing::{get, post};
-use rustls::RootCertStore;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio_rustls::client::TlsStream as ClientTls;
 
 use super::*;
-use crate::tls::TlsMaterial;
+use crate::tls::{TlsMaterial, test_connect as connect};
 
 /// A server of `GET /healthz` and `POST /echo` (which reads its body) within `limits`; its
 /// address, certificate, and the sender that stops it.
@@ -37,21 +33,6 @@ async fn server(limits: ServeLimits) -> (SocketAddr, String, watch::Sender<bool>
         Tasks::default(),
     ));
     (addr, tls.cert_pem().to_owned(), stop)
-}
-
-/// A handshaken connection.
-async fn connect(addr: SocketAddr, cert_pem: &str) -> std::io::Result<ClientTls<TcpStream>> {
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(cert_pem.as_bytes()) {
-        roots.add(cert.expect("pem")).expect("root");
-    }
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = TcpStream::connect(addr).await?;
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
-    connector.connect(name, tcp).await
 }
 
 /// `GET /healthz` on a fresh connection: the response's text.
