@@ -13,19 +13,23 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # The image's timestamps: the last commit's time, so the same commit builds the same digest.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: help verify fmt fmt-check clippy test test-unit test-integration testenv bench \
+.PHONY: help verify fmt fmt-check locked clippy test test-unit test-integration testenv bench \
         policies manifests run-local image docker-build fuzz fuzz-smoke replay flaky
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-verify: fmt-check clippy test ## formatting, clippy with warnings denied, every test (what CI runs)
+verify: fmt-check locked clippy test ## formatting, clippy with warnings denied, every test (what CI runs)
 
 fmt: ## format the workspace
 	$(CARGO) fmt --all
 
 fmt-check: ## fail on unformatted code
 	$(CARGO) fmt --all --check
+
+locked: ## fail when Cargo.lock or fuzz/Cargo.lock is out of date with the manifests (a build would rewrite it)
+	$(CARGO) metadata --locked --format-version 1 >/dev/null
+	cd fuzz && cargo metadata --locked --format-version 1 >/dev/null
 
 clippy: ## clippy on every crate and target, warnings are errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
