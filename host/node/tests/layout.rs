@@ -1,5 +1,5 @@
-//! The workspace's layout, checked: which crate may not depend on what (the README's "Layout"
-//! says why). Reads `cargo metadata` and fails on a forbidden edge among normal dependencies at
+//! The workspace's layout, checked: which crate may not depend on what (the "Layout" of
+//! docs/DEVELOPMENT.md says why). Reads `cargo metadata` and fails on a forbidden edge among normal dependencies at
 //! any depth, naming the path that brings it in. Dev-dependencies are free: tests may use
 //! anything.
 //!
@@ -193,7 +193,7 @@ fn no_crate_has_a_forbidden_normal_dependency() {
     let broken = violations(&graph, &members);
     assert!(
         broken.is_empty(),
-        "forbidden dependencies (see the README's Layout and host/node/tests/layout.rs):\n{}",
+        "forbidden dependencies (see docs/DEVELOPMENT.md's Layout and host/node/tests/layout.rs):\n{}",
         broken.join("\n")
     );
 }

@@ -15,7 +15,7 @@
 //! Its secrets (bootstrap token, boot credential) come from a file of mode 0600 it reads and
 //! deletes at start (`--secrets-file`), or, from older nodes, from its environment; either way
 //! the workload's environment never holds them. What a workload can still read is in the
-//! README's threat model.
+//! threat model (docs/SECURITY.md).
 //!
 //! Not the server side (`neocloud-node`'s `callback` module) and not the wire types
 //! (`neocloud-protocol`). Downloaded onto every VM, so it links no Kubernetes client, no Wasm

@@ -1,6 +1,6 @@
-//! `neocloud-runner`: the binary cloud-init starts on a rented VM (see the README's "VM
-//! runner"). It runs one workload for the node and exits with the workload's exit code, or with
-//! 1 and one line on stderr when it could not get that far.
+//! `neocloud-runner`: the binary cloud-init starts on a rented VM (see docs/RUNNER.md). It runs
+//! one workload for the node and exits with the workload's exit code, or with 1 and one line on
+//! stderr when it could not get that far.
 //!
 //! Not the runner's logic: see the library ([`neocloud_runner::run`]).
 

@@ -59,18 +59,18 @@ pub struct RunConfig {
     pub policies: PolicySettings,
     /// The namespaces whose Pods the node serves; unset: every namespace. A Pod elsewhere that
     /// is scheduled onto the node stays Pending with reason `NamespaceNotWatched`, and the node
-    /// needs to read Secrets and ConfigMaps only in these (see the README's RBAC section).
+    /// needs to read Secrets and ConfigMaps only in these (see docs/INSTALL.md).
     #[serde(default)]
     pub watch_namespaces: Option<Vec<String>>,
     /// What `neocloud_spend_usd_total` is labelled by.
     #[serde(default)]
     pub spend: SpendSettings,
-    /// Other Kubernetes clusters the `kube` provider rents GPUs on (see the README's "Remote
-    /// clusters"). Only read when `kube` is an enabled provider.
+    /// Other Kubernetes clusters the `kube` provider rents GPUs on (see
+    /// docs/REMOTE-CLUSTERS.md). Only read when `kube` is an enabled provider.
     #[serde(default)]
     pub remote_clusters: Vec<neocloud_kube_target::RemoteCluster>,
     /// NVKE discovery: the workload clusters an NVKE management plane provisions join
-    /// `remoteClusters` by themselves (see the README's "Remote clusters").
+    /// `remoteClusters` by themselves (see docs/REMOTE-CLUSTERS.md).
     #[serde(default)]
     pub nvke: Option<neocloud_kube_target::NvkeDiscovery>,
 }
