@@ -6,6 +6,7 @@
 
 pub mod attempt;
 pub mod failure;
+pub mod files;
 pub mod gpu;
 pub mod gpu_table;
 pub mod instance;
@@ -22,7 +23,7 @@ pub use instance::{Endpoint, InstancePhase, InstanceState, UNSCHEDULABLE};
 pub use offer::{Offer, OfferCapacity, OfferQuery};
 pub use pricing::PriceDecision;
 pub use provider_id::ProviderId;
-pub use translate::{PodRefused, Refusal, translate_pod};
+pub use translate::{PodRefused, Refusal, file_mounts, translate_pod};
 pub use workload::{
     CapacityType, EnvFromKind, EnvFromRef, EnvValue, EnvVar, GpuRequest, KeyRef, PortProtocol,
     PortSpec, ProviderHints, Resources, RunpodCloudType, VastHints, WorkloadSpec,

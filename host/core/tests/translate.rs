@@ -130,8 +130,8 @@ fn every_unsupported_pod_feature_is_refused_with_its_field_and_value() {
             "spec.volumes[1]: hostPath is not supported",
         ),
         (
-            |p| p["spec"]["volumes"] = json!([{"name": "c", "configMap": {"name": "c"}}]),
-            "spec.volumes[0]: configMap is not supported",
+            |p| p["spec"]["volumes"] = json!([{"name": "c", "nfs": {"server": "n", "path": "/"}}]),
+            "spec.volumes[0]: nfs is not supported",
         ),
         (
             |p| p["spec"]["hostNetwork"] = json!(true),

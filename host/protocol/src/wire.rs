@@ -27,6 +27,59 @@ pub struct Workload {
     /// Working directory; `None` keeps the image's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
+    /// Files the workload expects (its ConfigMap, Secret and downward-API volumes), by mount.
+    /// Absent when there are none, so a runner from before files reads every other workload.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileMount>,
+}
+
+/// A directory of files the workload sees at `mount_path`, as a kubelet writes a ConfigMap or
+/// Secret volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileMount {
+    /// Where the container sees the directory: an absolute path.
+    pub mount_path: String,
+    /// The files, with paths relative to the mount.
+    pub files: Vec<File>,
+}
+
+/// One file of a [`FileMount`]. `Debug` shows its path, mode and size, never its content.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    /// The path relative to the mount (no `..`, not absolute; the runner checks again).
+    pub path: String,
+    /// Permissions, 0 to 0777.
+    pub mode: u32,
+    /// The content, base64 in JSON (possibly a secret).
+    #[serde(with = "base64_bytes")]
+    pub data: Vec<u8>,
+}
+
+impl fmt::Debug for File {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("File")
+            .field("path", &self.path)
+            .field("mode", &format_args!("{:o}", self.mode))
+            .field("data", &format_args!("<{} bytes>", self.data.len()))
+            .finish()
+    }
+}
+
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(data: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(data))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
 }
 
 /// One environment variable. `Debug` shows the name only.
@@ -209,6 +262,42 @@ mod tests {
         let debug = format!("{workload:?}");
         assert!(
             !debug.contains("s3cret") && debug.contains("TOKEN"),
+            "{debug}"
+        );
+        assert!(
+            !json_of(&workload).contains("files"),
+            "no files, no field: older runners read it"
+        );
+    }
+
+    fn json_of(w: &Workload) -> String {
+        serde_json::to_string(w).expect("json")
+    }
+
+    #[test]
+    fn files_travel_as_base64_and_debug_hides_their_content() {
+        let workload = Workload {
+            files: vec![FileMount {
+                mount_path: "/etc/hf".into(),
+                files: vec![File {
+                    path: "token".into(),
+                    mode: 0o400,
+                    data: b"hf_s3cret\n".to_vec(),
+                }],
+            }],
+            ..Workload::default()
+        };
+        let json = json_of(&workload);
+        assert!(json.contains(r#""mountPath":"/etc/hf""#), "{json}");
+        assert!(json.contains(r#""data":"aGZfczNjcmV0Cg==""#), "{json}");
+        assert_eq!(
+            serde_json::from_str::<Workload>(&json).expect("back"),
+            workload
+        );
+        let debug = format!("{workload:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(
+            debug.contains("mode: 400") && debug.contains("<10 bytes>"),
             "{debug}"
         );
     }

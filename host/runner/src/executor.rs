@@ -40,6 +40,9 @@ pub struct DockerOptions {
     /// The GPUs (`docker run --gpus`: `all`, a count, `device=0,1`); `None` gives none, for a
     /// machine without NVIDIA's container toolkit.
     pub gpus: Option<String>,
+    /// The workload's file directories the runner wrote, bind-mounted read-only at their mount
+    /// paths: `(directory, mount path)` (see `crate::files`).
+    pub mounts: Vec<(PathBuf, String)>,
 }
 
 /// Starts `workload`; its output lines go to `logs` (dropped, and counted, when it is full).
@@ -130,6 +133,12 @@ pub fn docker_args(
     out.push(format!("--env-file={}", env_file.display()));
     if let Some(dir) = &workload.working_dir {
         out.push(format!("--workdir={dir}"));
+    }
+    for (dir, target) in &docker.mounts {
+        out.push(format!(
+            "--mount=type=bind,source={},target={target},readonly",
+            dir.display()
+        ));
     }
     let mut command = workload.command.iter();
     if let Some(entrypoint) = command.next() {

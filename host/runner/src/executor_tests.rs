@@ -7,6 +7,7 @@ fn docker(network: &str) -> DockerOptions {
     DockerOptions {
         network: network.into(),
         gpus: Some("all".into()),
+        mounts: Vec::new(),
     }
 }
 
@@ -17,6 +18,7 @@ fn workload() -> Workload {
         args: vec!["train.py".into()],
         env: vec![EnvVar::new("HF_TOKEN", "hf_secret_value")],
         working_dir: Some("/work".into()),
+        files: Vec::new(),
     }
 }
 
@@ -68,6 +70,7 @@ fn nothing_from_the_pod_is_read_as_a_docker_option() {
         args: vec!["ubuntu".into(), "sh".into()],
         env: vec![],
         working_dir: Some("--pid=host".into()),
+        files: vec![],
     };
     let args = docker_args(
         &w,
@@ -197,6 +200,7 @@ fn without_gpus_docker_is_not_asked_for_any() {
     let none = DockerOptions {
         network: "host".into(),
         gpus: None,
+        mounts: Vec::new(),
     };
     let args = docker_args(
         &workload(),
@@ -223,4 +227,24 @@ fn gpu_requests_are_checked_naming_the_value() {
         let e = crate::parse_gpus(bad).unwrap_err();
         assert!(e.contains(&format!("{bad:?}")), "{e}");
     }
+}
+
+#[test]
+fn docker_args_bind_mount_the_runner_s_file_directories_read_only() {
+    let options = DockerOptions {
+        mounts: vec![(PathBuf::from("/tmp/neocloud-files-c/0"), "/etc/vllm".into())],
+        ..docker("host")
+    };
+    let args = docker_args(&workload(), Path::new("/tmp/x.env"), &options, "c");
+    let image = args.iter().position(|a| a == "--").expect("--");
+    let at = args
+        .iter()
+        .position(|a| {
+            a == "--mount=type=bind,source=/tmp/neocloud-files-c/0,target=/etc/vllm,readonly"
+        })
+        .unwrap_or_else(|| panic!("{args:?}"));
+    assert!(
+        at < image,
+        "an option of docker's, before the image: {args:?}"
+    );
 }

@@ -1,7 +1,8 @@
 //! `neocloud-runner`: the agent on a rented VM. Started by cloud-init (the node writes the
 //! command into the VM's `user_data`), it exchanges its bootstrap token for a session with the
 //! node's callback server over TLS (trusting only the certificate it was given), fetches the
-//! workload, runs it, reports `Starting` → `Running` → `Exited`, heartbeats (saying its state),
+//! workload, writes its files (ConfigMap, Secret and downward-API volumes, kept up to date: see
+//! `files`), runs it, reports `Starting` → `Running` → `Exited`, heartbeats (saying its state),
 //! streams logs, serves `kubectl exec` and `kubectl port-forward` sessions the node tunnels to
 //! it ([`serve_sessions`]), and exits with the workload's exit code. When the node restarts or another
 //! replica takes over, the runner carries on: the session stays valid (the replicas share its
@@ -23,6 +24,7 @@
 
 mod client;
 mod executor;
+mod files;
 mod session;
 mod shipper;
 mod stats;
@@ -169,6 +171,9 @@ pub enum RunnerError {
     /// The Docker env file could not be written.
     #[error("docker env file: {0}")]
     EnvFile(String),
+    /// The workload's files are unsafe or could not be written.
+    #[error("workload files: {0}")]
+    Files(String),
     /// Waiting for the workload failed.
     #[error("failed to wait for the workload: {0}")]
     Wait(String),
@@ -314,13 +319,19 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     let (logs_tx, logs_rx) = mpsc::channel(16 * 1024);
     let shipper = tokio::spawn(shipper::ship(client.clone(), logs_rx));
     let container = container_name(&spiffe_id);
-    let docker = executor::DockerOptions {
+    let mut docker = executor::DockerOptions {
         network: args.network.clone(),
         gpus: (args.gpus != "none").then(|| args.gpus.clone()),
+        mounts: Vec::new(),
     };
-    let started = executor::start(args.executor, &workload, &docker, &container, &logs_tx);
+    let started =
+        files::Files::prepare(args.executor, &workload.files, &container).and_then(|files| {
+            docker.mounts = files.docker_mounts();
+            executor::start(args.executor, &workload, &docker, &container, &logs_tx)
+                .map(|started| (started, files))
+        });
     drop(logs_tx);
-    let mut started = match started {
+    let (mut started, files) = match started {
         Ok(started) => started,
         Err(e) => {
             let message = Some(e.to_string());
@@ -341,11 +352,13 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
         .then(|| started.child.id())
         .flatten();
     let stats = tokio::spawn(stats::report(client.clone(), root, args.heartbeat_interval));
+    let files = tokio::spawn(files.follow(client.clone(), args.heartbeat_interval));
     let target = ExecTarget::for_workload(args.executor, &workload, &container);
     let sessions = tokio::spawn(serve_sessions(client.clone(), Arc::new(target)));
     let waited = wait_forwarding_signals(&mut started.child, client.revoked()).await;
     sessions.abort();
     stats.abort();
+    files.abort();
     let status = match waited {
         Waited::Exited(status) => status,
         Waited::Revoked => {

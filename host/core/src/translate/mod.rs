@@ -9,11 +9,13 @@ mod annotations;
 mod container;
 mod image_ref;
 mod pod_level;
+mod volumes;
 
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::files::FileMount;
 use crate::workload::WorkloadSpec;
 
 pub use annotations::{ANNOTATION_PREFIX, KNOWN_ANNOTATIONS, MAX_EXPRESSION_BYTES};
@@ -65,6 +67,7 @@ pub fn translate_pod(pod: &Pod) -> Result<WorkloadSpec, PodRefused> {
     let container = match &pod.spec {
         Some(spec) => {
             pod_level::check_spec(spec, &mut refusals);
+            volumes::mounts(spec, &mut refusals);
             container::translate(spec, &mut refusals)
         }
         None => {
@@ -75,5 +78,21 @@ pub fn translate_pod(pod: &Pod) -> Result<WorkloadSpec, PodRefused> {
     match container {
         Some(c) if refusals.is_empty() => Ok(parsed.into_workload(c)),
         _ => Err(PodRefused { refusals }),
+    }
+}
+
+/// The file volumes (ConfigMap, Secret, downward API, projected) the Pod's container mounts, and
+/// where; refused as [`translate_pod`] refuses them. The service-account token volume the
+/// API server injects (`kube-api-access-*`) is not among them.
+pub fn file_mounts(pod: &Pod) -> Result<Vec<FileMount>, PodRefused> {
+    let mut refusals = Vec::new();
+    let mounts = match &pod.spec {
+        Some(spec) => volumes::mounts(spec, &mut refusals),
+        None => Vec::new(),
+    };
+    if refusals.is_empty() {
+        Ok(mounts)
+    } else {
+        Err(PodRefused { refusals })
     }
 }

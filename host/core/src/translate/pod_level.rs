@@ -7,9 +7,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::Refusal;
 
-/// Volume sources that need nothing from the remote host: the service-account token Kubernetes
-/// injects (projected) and scratch space (emptyDir, served from the container disk).
-const ALLOWED_VOLUME_SOURCES: [&str; 2] = ["projected", "emptyDir"];
+/// Volume sources the remote host can serve: scratch space (emptyDir, served from the container
+/// disk) and files the runner writes (configMap, secret, downwardAPI, projected; checked in
+/// `volumes`).
+const ALLOWED_VOLUME_SOURCES: [&str; 5] = [
+    "projected",
+    "emptyDir",
+    "configMap",
+    "secret",
+    "downwardAPI",
+];
 
 pub(super) fn check_owner(meta: &ObjectMeta, out: &mut Vec<Refusal>) {
     for (i, owner) in meta.owner_references.iter().flatten().enumerate() {

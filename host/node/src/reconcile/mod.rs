@@ -20,6 +20,7 @@ mod attempts;
 mod bindings;
 mod env;
 mod events;
+mod files;
 mod placing;
 mod pod_status;
 mod pods;

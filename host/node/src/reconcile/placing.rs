@@ -129,6 +129,15 @@ impl Reconciler {
                     .await;
             }
         };
+        // The files of its ConfigMap, Secret and downward-API volumes: a missing object keeps
+        // the Pod pending, as a kubelet's FailedMount does.
+        let files = match super::files::resolve_pod(&self.client, pod).await {
+            Ok(files) => files,
+            Err(e) => {
+                let reason = super::files::FAILED_MOUNT;
+                return self.wait(pod, &b, status, reason, e.to_string()).await;
+            }
+        };
         let (planner, fallback, policy) = match self.with_policy(&w, planner) {
             Ok(resolved) => resolved,
             Err(e) => {
@@ -152,7 +161,7 @@ impl Reconciler {
             Some(runners) => {
                 let rental = status.runner_rental.map_or(1, |r| r + 1);
                 status.runner_rental = Some(rental);
-                match runners.boot(pod, rental, &w, &env) {
+                match runners.boot(pod, rental, &w, &env, &files) {
                     Ok(boot) => Some(boot),
                     Err(e) => {
                         return self

@@ -32,6 +32,7 @@ use neocloud_providers::{Boot, ContainerBoot};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
+use super::files::{self, PodFiles};
 use super::{Reconciler, env};
 use crate::callback::{
     CallbackError, CallbackHandle, EnvVar, RunnerEvent, RunnerEventKind, RunnerState, Workload,
@@ -63,6 +64,8 @@ struct Entry {
     status: RunnerStatus,
     /// When the reconciler first saw the instance this registration boots.
     launched: Option<Instant>,
+    /// The Pod's file mounts, read again while it runs (see `refresh_files`).
+    mounts: Vec<neocloud_core::files::FileMount>,
 }
 
 /// The callback server's handle plus what the reconciler needs to boot runners and follow them.
@@ -145,15 +148,19 @@ impl Runners {
         rental: u64,
         w: &WorkloadSpec,
         env: &[(String, String)],
+        files: &PodFiles,
     ) -> Result<Boot, CallbackError> {
         let uid = pod.uid().unwrap_or_default();
-        let token = self.handle.register(&uid, rental, workload(w, env))?;
+        let token = self
+            .handle
+            .register(&uid, rental, workload(w, env, files))?;
         let credential = self.handle.credential(&uid, rental)?;
         let entry = Entry {
             pod: ObjectRef::from_obj(pod),
             rental,
             status: RunnerStatus::Booting,
             launched: None,
+            mounts: files.mounts.clone(),
         };
         self.state.lock().insert(uid, entry);
         let user_data = render_user_data(
@@ -181,14 +188,22 @@ impl Runners {
 
     /// Takes over the runner of rental `rental` of a Pod whose instance an earlier process
     /// rented (see the module doc). Does nothing for a Pod this process already follows.
-    pub fn adopt(&self, pod: &Pod, rental: u64, w: &WorkloadSpec, env: &[(String, String)]) {
+    pub fn adopt(
+        &self,
+        pod: &Pod,
+        rental: u64,
+        w: &WorkloadSpec,
+        env: &[(String, String)],
+        files: &PodFiles,
+    ) {
         let uid = pod.uid().unwrap_or_default();
         if self.state.lock().contains_key(&uid) {
             return;
         }
         let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
         let known = running.then_some(RunnerState::Running);
-        self.handle.adopt(&uid, rental, workload(w, env), known);
+        self.handle
+            .adopt(&uid, rental, workload(w, env, files), known);
         let entry = Entry {
             pod: ObjectRef::from_obj(pod),
             rental,
@@ -198,6 +213,7 @@ impl Runners {
                 RunnerStatus::Booting
             },
             launched: Some(Instant::now()),
+            mounts: files.mounts.clone(),
         };
         self.state.lock().entry(uid).or_insert(entry);
     }
@@ -231,6 +247,57 @@ impl Runners {
     pub fn forget(&self, uid: &str) {
         self.handle.unregister(uid);
         self.state.lock().remove(uid);
+    }
+
+    /// Reads the files of every followed Pod with file volumes again every
+    /// [`files::FILES_REFRESH`] and hands a change to the callback, where its runner fetches
+    /// it (see `files`). A Pod whose objects cannot be read keeps the files its runner has, as
+    /// a kubelet keeps a volume's last content. Runs until the task is dropped.
+    pub async fn refresh_files(self: Arc<Self>, client: kube::Client) {
+        loop {
+            tokio::time::sleep(files::FILES_REFRESH).await;
+            let watched: Vec<_> = self
+                .state
+                .lock()
+                .iter()
+                .filter(|(_, e)| !e.mounts.is_empty())
+                .map(|(uid, e)| (uid.clone(), e.rental, e.pod.clone(), e.mounts.clone()))
+                .collect();
+            for (uid, rental, pod_ref, mounts) in watched {
+                self.refresh_one(&client, &uid, rental, &pod_ref, &mounts)
+                    .await;
+            }
+        }
+    }
+
+    async fn refresh_one(
+        &self,
+        client: &kube::Client,
+        uid: &str,
+        rental: u64,
+        pod_ref: &ObjectRef<Pod>,
+        mounts: &[neocloud_core::files::FileMount],
+    ) {
+        let namespace = pod_ref.namespace.clone().unwrap_or_default();
+        let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), &namespace);
+        let pod = match pods.get_opt(&pod_ref.name).await {
+            Ok(Some(pod)) if pod.uid().as_deref() == Some(uid) => pod,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(pod = %pod_ref, error = %e, "runner: cannot read the Pod to refresh its files");
+                return;
+            }
+        };
+        match files::resolve(client, &pod, mounts).await {
+            Ok(resolved) => {
+                if self.handle.set_files(uid, rental, resolved) {
+                    tracing::info!(pod = %pod_ref, "runner: the Pod's files changed; its runner fetches them");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(pod = %pod_ref, error = %e, "runner: keeping the files the runner has");
+            }
+        }
     }
 
     /// The Pods to reconcile because their runner reported; taken once, by the controller.
@@ -291,8 +358,8 @@ pub fn container_runner(pod: &Pod) -> bool {
 /// The annotation that opts a Pod out of the runner on container providers.
 pub const RUNNER_ANNOTATION: &str = "cloud.aibrix.ai/runner";
 
-/// What the runner fetches: the workload with its environment resolved.
-fn workload(w: &WorkloadSpec, env: &[(String, String)]) -> Workload {
+/// What the runner fetches: the workload with its environment and files resolved.
+fn workload(w: &WorkloadSpec, env: &[(String, String)], files: &PodFiles) -> Workload {
     Workload {
         image: w.image.clone(),
         command: w.command.clone(),
@@ -305,6 +372,7 @@ fn workload(w: &WorkloadSpec, env: &[(String, String)]) -> Workload {
             })
             .collect(),
         working_dir: None,
+        files: files.files.clone(),
     }
 }
 
@@ -334,8 +402,15 @@ impl Reconciler {
                 }
             };
             let namespace = pod.namespace().unwrap_or_default();
-            match env::resolve(&self.client, &namespace, &w).await {
-                Ok(env) => runners.adopt(pod, rental.unwrap_or(0), &w, &env),
+            let env = match env::resolve(&self.client, &namespace, &w).await {
+                Ok(env) => env,
+                Err(e) => {
+                    tracing::warn!(pod = %ObjectRef::from_obj(pod), error = %e, "runner: cannot adopt");
+                    return None;
+                }
+            };
+            match files::resolve_pod(&self.client, pod).await {
+                Ok(files) => runners.adopt(pod, rental.unwrap_or(0), &w, &env, &files),
                 Err(e) => {
                     tracing::warn!(pod = %ObjectRef::from_obj(pod), error = %e, "runner: cannot adopt");
                     return None;

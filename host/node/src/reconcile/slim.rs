@@ -1,11 +1,15 @@
 //! What the Pod cache keeps. The cache holds every Pod of the node for as long as it lives (about
 //! 9 KiB each as the API server sends them), and the reconciler reads few of their fields: the
 //! Pod translation's (containers' images, commands, environment, ports, resources and security
-//! contexts; volume kinds; host namespaces; owners; annotations), the restart policy, and the
+//! contexts; volume kinds, and file volumes whole with their mounts; host namespaces; owners;
+//! annotations), the restart policy, and the
 //! status fields `pod_status` compares and carries over (phase, reason, message, conditions,
 //! start time, the container's state). The rest is dropped before caching.
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, Volume};
+
+/// The name prefix of the service account token volume the API server injects.
+const INJECTED_TOKEN_VOLUME: &str = "kube-api-access-";
 
 /// Written by `kubectl apply`: the whole previous manifest, never read here.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -19,26 +23,34 @@ pub(super) fn slim_pod(pod: &mut Pod) {
     if let Some(spec) = pod.spec.as_mut() {
         spec.tolerations = None;
         spec.affinity = None;
-        // The translation refuses volumes by kind and names them by index: kinds it allows keep
-        // their name and place but not their (large) source. When every volume is of a kind it
-        // allows (the service account token's `projected` one in nearly every Pod), none is
-        // kept: even empty, a `Volume` takes 3 KiB.
-        let mut all_allowed = true;
+        // The translation refuses volumes by kind and names them by index: the kinds that need
+        // nothing written (emptyDir, the service account token's `projected` one the API
+        // server injects) keep their name and place but not their (large) source. When every
+        // volume is of those kinds (nearly every Pod), none is kept: even empty, a `Volume`
+        // takes 3 KiB. File volumes (ConfigMap, Secret, downward API, other projected ones) are
+        // kept whole, with the container's mounts of them: the runner writes their files.
+        let mut all_bare = true;
+        let mut kept = Vec::new();
         for v in spec.volumes.iter_mut().flatten() {
-            if v.projected.is_some() || v.empty_dir.is_some() {
+            let injected = v.projected.is_some() && v.name.starts_with(INJECTED_TOKEN_VOLUME);
+            if injected || v.empty_dir.is_some() {
                 *v = Volume {
                     name: std::mem::take(&mut v.name),
                     ..Volume::default()
                 };
             } else {
-                all_allowed = false;
+                all_bare = false;
+                kept.push(v.name.clone());
             }
         }
-        if all_allowed {
+        if all_bare {
             spec.volumes = None;
         }
         for c in &mut spec.containers {
-            c.volume_mounts = None;
+            match c.volume_mounts.as_mut() {
+                Some(mounts) if !kept.is_empty() => mounts.retain(|m| kept.contains(&m.name)),
+                _ => c.volume_mounts = None,
+            }
             c.termination_message_path = None;
             c.termination_message_policy = None;
             c.image_pull_policy = None;
@@ -171,5 +183,24 @@ mod tests {
             let refused = extra.get("persistentVolumeClaim").is_some();
             assert_eq!(kept, refused.then_some(2), "{extra}");
         }
+    }
+
+    #[test]
+    fn file_volumes_and_their_mounts_survive_the_slim_pod() {
+        let extra = json!({"name": "tpl", "configMap": {"name": "chat"}});
+        let mut full = full_pod(&extra, "Pending");
+        let container = &mut full.spec.as_mut().unwrap().containers[0];
+        container.volume_mounts.get_or_insert_with(Vec::new).push(
+            serde_json::from_value(json!({"name": "tpl", "mountPath": "/etc/vllm"})).unwrap(),
+        );
+        let mut slim = full.clone();
+        slim_pod(&mut slim);
+        let mounts = neocloud_core::file_mounts(&slim).unwrap();
+        assert_eq!(mounts, neocloud_core::file_mounts(&full).unwrap());
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].mount_path, "/etc/vllm");
+        let text = serde_json::to_string(&slim).unwrap();
+        assert!(!text.contains("serviceAccountToken"), "{text}");
+        assert!(!text.contains("/var/run/secrets"), "{text}");
     }
 }

@@ -49,6 +49,10 @@ pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<()>
             s.tasks.spawn("callback", server.serve());
             s.tasks
                 .spawn("runner-events", Arc::clone(&runners).follow(events));
+            s.tasks.spawn(
+                "runner-files",
+                Arc::clone(&runners).refresh_files(s.client.clone()),
+            );
             Some(runners)
         }
         None => {

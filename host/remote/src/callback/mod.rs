@@ -45,9 +45,9 @@ pub use credential::{CredentialKind, RunnerKeys};
 pub use identity::RunnerIdentity;
 pub use logs::{LogBuffer, LogLimits, LogLine, LogOptions};
 pub use neocloud_protocol::{
-    BootstrapToken, EnvVar, ErrorBody, ExecutorKind, Heartbeat, LogRecord, LogStream,
-    ReauthRequest, RunnerState, Secret, SessionToken, StatusReport, TokenRequest, TokenResponse,
-    Workload,
+    BootstrapToken, EnvVar, ErrorBody, ExecutorKind, File, FileMount, Heartbeat, LogRecord,
+    LogStream, ReauthRequest, RunnerState, Secret, SessionToken, StatusReport, TokenRequest,
+    TokenResponse, Workload,
 };
 pub use ratelimit::RateLimit;
 pub use server::CallbackServer;

@@ -283,3 +283,28 @@ async fn after_a_failover_the_running_runner_renews_but_user_data_is_spent() {
     assert_eq!(answer.status, 403, "{answer:?}");
     assert_eq!(answer.code(), Some("RentalNotCurrent"));
 }
+
+#[tokio::test]
+async fn new_files_reach_the_current_rental_s_workload_and_never_another_rental_s() {
+    let rig = rig(&RunnerKeys::random()).await;
+    let held = rig.rent("uid-f", 2).await;
+    let files = |text: &str| {
+        vec![crate::callback::FileMount {
+            mount_path: "/etc/vllm".into(),
+            files: vec![crate::callback::File {
+                path: "chat.jinja".into(),
+                mode: 0o644,
+                data: text.as_bytes().to_vec(),
+            }],
+        }]
+    };
+    let handle = rig.server.handle();
+    assert!(handle.set_files("uid-f", 2, files("v2")));
+    assert!(!handle.set_files("uid-f", 2, files("v2")), "no change");
+    assert!(!handle.set_files("uid-f", 1, files("v1")), "another rental");
+    assert!(!handle.set_files("uid-unknown", 2, files("v1")));
+    let answer = rig.get("workload", &held.session).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    // "v2", base64.
+    assert_eq!(answer.body["files"][0]["files"][0]["data"], "djI=");
+}

@@ -160,6 +160,25 @@ impl CallbackHandle {
         true
     }
 
+    /// Replaces the files of rental `rental`'s workload (a ConfigMap or Secret it mounts
+    /// changed); its runner fetches them at its next refresh. Returns whether anything changed
+    /// (false for another rental or an unknown binding).
+    pub fn set_files(
+        &self,
+        uid: &str,
+        rental: u64,
+        files: Vec<neocloud_protocol::FileMount>,
+    ) -> bool {
+        let mut bindings = self.0.bindings.lock();
+        match bindings.get_mut(uid) {
+            Some(entry) if entry.rental == rental && entry.workload.files != files => {
+                entry.workload.files = files;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Forgets a binding: its bootstrap token and sessions stop working and followers of its
     /// log finish. Idempotent.
     pub fn unregister(&self, uid: &str) {
