@@ -17,6 +17,7 @@ fn workload() -> Workload {
         args: vec!["train.py".into()],
         env: vec![EnvVar::new("HF_TOKEN", "hf_secret_value")],
         working_dir: Some("/work".into()),
+        restart_policy: None,
     }
 }
 
@@ -68,6 +69,7 @@ fn nothing_from_the_pod_is_read_as_a_docker_option() {
         args: vec!["ubuntu".into(), "sh".into()],
         env: vec![],
         working_dir: Some("--pid=host".into()),
+        restart_policy: None,
     };
     let args = docker_args(
         &w,
@@ -114,7 +116,8 @@ async fn process_executor_pipes_both_streams_with_env() {
         ..Workload::default()
     };
     let (tx, mut rx) = mpsc::channel(16);
-    let mut started = start(ExecutorKind::Process, &w, &docker("host"), "c", &tx).expect("start");
+    let mut started =
+        start(ExecutorKind::Process, &w, &docker("host"), "c", &tx, 0).expect("start");
     drop(tx);
     let status = started.child.wait().await.expect("wait");
     assert_eq!(status.code(), Some(4));
@@ -155,6 +158,7 @@ fn missing_command_is_an_error() {
         &docker("host"),
         "c",
         &tx,
+        0,
     )
     .expect_err("none");
     assert!(matches!(err, RunnerError::NoCommand));
@@ -177,7 +181,8 @@ async fn the_workload_never_sees_the_runner_s_bootstrap_token_or_credential() {
         ..Workload::default()
     };
     let (tx, mut rx) = mpsc::channel(4);
-    let mut started = start(ExecutorKind::Process, &w, &docker("host"), "c", &tx).expect("start");
+    let mut started =
+        start(ExecutorKind::Process, &w, &docker("host"), "c", &tx, 0).expect("start");
     drop(tx);
     started.child.wait().await.expect("wait");
     let line = rx.recv().await.expect("a line").line;

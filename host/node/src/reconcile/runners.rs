@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
@@ -34,7 +35,8 @@ use tokio::sync::mpsc;
 
 use super::{Reconciler, env};
 use crate::callback::{
-    CallbackError, CallbackHandle, EnvVar, RunnerEvent, RunnerEventKind, RunnerState, Workload,
+    CallbackError, CallbackHandle, EnvVar, RestartPolicy, RunnerEvent, RunnerEventKind,
+    RunnerState, Termination, Workload,
 };
 use crate::callback::{UserDataOptions, render_container_start, render_user_data};
 
@@ -47,8 +49,15 @@ pub enum RunnerStatus {
     Starting,
     /// The workload runs.
     Running,
-    /// The workload ended with this code.
+    /// The workload ended with this code, and the node applies the restart policy (an older
+    /// runner, which does not restart in place).
     Exited(i32),
+    /// The workload ended with this code for good: the runner applied the restart policy
+    /// itself and does not run it again.
+    Finished(i32),
+    /// The workload ended and the runner restarts it in place after a back-off
+    /// ([`Runners::in_place`] says how it ended and how long the wait is).
+    BackOff,
     /// The runner authenticated, then stopped sending heartbeats.
     Lost,
     /// The runner never called back within the boot timeout (its bootstrap token expired).
@@ -63,6 +72,21 @@ struct Entry {
     status: RunnerStatus,
     /// When the reconciler first saw the instance this registration boots.
     launched: Option<Instant>,
+    /// What the runner last said of restarts in place.
+    in_place: InPlace,
+}
+
+/// A runner's restarts of the workload on its machine, as it last reported them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InPlace {
+    /// How many times it restarted the workload.
+    pub restart_count: u32,
+    /// When the current run started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// How the last run that ended did.
+    pub last: Option<Termination>,
+    /// The wait before the next restart, while backing off.
+    pub backoff_seconds: Option<u64>,
 }
 
 /// The callback server's handle plus what the reconciler needs to boot runners and follow them.
@@ -147,13 +171,14 @@ impl Runners {
         env: &[(String, String)],
     ) -> Result<Boot, CallbackError> {
         let uid = pod.uid().unwrap_or_default();
-        let token = self.handle.register(&uid, rental, workload(w, env))?;
+        let token = self.handle.register(&uid, rental, workload(pod, w, env))?;
         let credential = self.handle.credential(&uid, rental)?;
         let entry = Entry {
             pod: ObjectRef::from_obj(pod),
             rental,
             status: RunnerStatus::Booting,
             launched: None,
+            in_place: InPlace::default(),
         };
         self.state.lock().insert(uid, entry);
         let user_data = render_user_data(
@@ -188,7 +213,8 @@ impl Runners {
         }
         let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
         let known = running.then_some(RunnerState::Running);
-        self.handle.adopt(&uid, rental, workload(w, env), known);
+        self.handle
+            .adopt(&uid, rental, workload(pod, w, env), known);
         let entry = Entry {
             pod: ObjectRef::from_obj(pod),
             rental,
@@ -198,6 +224,7 @@ impl Runners {
                 RunnerStatus::Booting
             },
             launched: Some(Instant::now()),
+            in_place: InPlace::default(),
         };
         self.state.lock().entry(uid).or_insert(entry);
     }
@@ -215,6 +242,15 @@ impl Runners {
             }
             other => other,
         })
+    }
+
+    /// What the runner of the Pod with this uid last said of its restarts in place.
+    pub fn in_place(&self, uid: &str) -> InPlace {
+        self.state
+            .lock()
+            .get(uid)
+            .map(|e| e.in_place.clone())
+            .unwrap_or_default()
     }
 
     /// Whether this process follows the runner of the Pod with this uid.
@@ -251,8 +287,21 @@ impl Runners {
             RunnerEventKind::State(report) => match report.state {
                 RunnerState::Starting => RunnerStatus::Starting,
                 RunnerState::Running => RunnerStatus::Running,
+                RunnerState::Exited if report.restarts_in_place => {
+                    RunnerStatus::Finished(report.exit_code.unwrap_or(1))
+                }
                 RunnerState::Exited => RunnerStatus::Exited(report.exit_code.unwrap_or(1)),
+                RunnerState::BackOff => RunnerStatus::BackOff,
             },
+        };
+        let in_place = match &event.kind {
+            RunnerEventKind::State(report) => Some(InPlace {
+                restart_count: report.restart_count,
+                started_at: report.started_at,
+                last: report.last_termination.clone(),
+                backoff_seconds: report.backoff_seconds,
+            }),
+            RunnerEventKind::Lost => None,
         };
         let pod = {
             let mut state = self.state.lock();
@@ -264,6 +313,12 @@ impl Runners {
                 return;
             }
             entry.status = status;
+            // A heartbeat's news (no restart count) keeps what the reports said.
+            if let Some(news) = in_place.filter(|n| n.restart_count > 0 || n.last.is_some()) {
+                entry.in_place = news;
+            } else if status == RunnerStatus::Running {
+                entry.in_place.backoff_seconds = None;
+            }
             entry.pod.clone()
         };
         tracing::info!(pod = %pod, ?status, "runner reported");
@@ -291,9 +346,12 @@ pub fn container_runner(pod: &Pod) -> bool {
 /// The annotation that opts a Pod out of the runner on container providers.
 pub const RUNNER_ANNOTATION: &str = "cloud.aibrix.ai/runner";
 
-/// What the runner fetches: the workload with its environment resolved.
-fn workload(w: &WorkloadSpec, env: &[(String, String)]) -> Workload {
+/// What the runner fetches: the workload with its environment resolved, and the Pod's restart
+/// policy (the callback gives it only to runners that restart in place).
+fn workload(pod: &Pod, w: &WorkloadSpec, env: &[(String, String)]) -> Workload {
+    let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
     Workload {
+        restart_policy: RestartPolicy::from_pod(policy),
         image: w.image.clone(),
         command: w.command.clone(),
         args: w.args.clone(),
