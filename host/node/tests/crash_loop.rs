@@ -139,6 +139,7 @@ async fn a_crash_looping_runner_pod_restarts_in_place_with_kubelet_s_back_off() 
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    eprintln!("restarts seen: {restarts:?}; back-off messages: {backoff_messages:?}");
     // The back-off doubles from the base: restart n waits base * 2^(n-1). Times in a Pod's
     // status have whole seconds, so each gap is off by up to one second either way.
     for r in &restarts {

@@ -459,9 +459,12 @@ impl Runs<'_> {
             Ok(started) => started,
             Err(e) => return Ok(Err(e.to_string())),
         };
+        // Only a node that gave a restart policy reads the restart fields; an older one refuses
+        // fields it does not know, so it gets the report's old shape.
+        let restarting = self.workload.restart_policy.is_some();
         let running = StatusReport {
             restart_count: self.restarts,
-            started_at: Some(started_at),
+            started_at: restarting.then_some(started_at),
             last_termination: self.last.clone(),
             ..StatusReport::new(RunnerState::Running)
         };
