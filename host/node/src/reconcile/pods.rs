@@ -31,7 +31,7 @@ use crate::metrics::{InstrumentedFilter, InstrumentedRanker};
 use crate::vnode::FIELD_MANAGER;
 
 /// How many times a Pod's instance is replaced after it stopped, failed or was lost by the
-/// provider, before the Pod fails.
+/// provider, before the Pod fails, unless its BurstPolicy's `maxReplacements` says otherwise.
 pub const MAX_REPLACEMENTS: usize = 5;
 
 /// Reconciles one Pod bound to the node.
@@ -463,7 +463,7 @@ impl Reconciler {
         } else {
             FailureClass::Lost
         };
-        if restart && replaced < MAX_REPLACEMENTS {
+        if restart && replaced < self.max_replacements(pod) {
             // A machine that ended by itself may have been ended by its workload (a container
             // provider stops one whose process exited): rented again after a back-off. One
             // lost or reclaimed is rented again at once.
@@ -531,6 +531,15 @@ impl Reconciler {
         want
     }
 
+    /// How many times the Pod may be rented again on a new machine: its BurstPolicy's
+    /// `maxReplacements` when the policy is loaded and sets one, else [`MAX_REPLACEMENTS`].
+    fn max_replacements(&self, pod: &Pod) -> usize {
+        let policy = self.workload(pod).ok().and_then(|(w, _)| w.policy);
+        policy
+            .and_then(|name| self.policies.as_ref()?.max_replacements(&name))
+            .map_or(MAX_REPLACEMENTS, |n| n as usize)
+    }
+
     /// What the Pod's runner last said of its restarts in place.
     fn in_place(&self, pod: &Pod) -> InPlace {
         let uid = pod.uid().unwrap_or_default();
@@ -564,7 +573,7 @@ impl Reconciler {
                 _ => true,
             };
         let replaced = replacements(&status);
-        if again && replaced < MAX_REPLACEMENTS {
+        if again && replaced < self.max_replacements(pod) {
             return self.rerent(pod, b, status, message).await;
         }
         let (phase, reason) = if code == 0 {
