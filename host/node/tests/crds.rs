@@ -182,4 +182,20 @@ async fn the_api_server_refuses_a_malformed_burst_policy_and_names_the_rule() {
         msg.contains("spec.mode") && msg.contains("Sometimes"),
         "{msg}"
     );
+    let too_many = json!({"cel": {"rank": "1"}, "maxReplacements": 500});
+    let msg = rejection(create_policy(&ctx, "too-many", too_many).await);
+    assert!(
+        msg.contains("spec.maxReplacements must be at most 100"),
+        "{msg}"
+    );
+    let negative = json!({"cel": {"rank": "1"}, "maxReplacements": -1});
+    let msg = rejection(create_policy(&ctx, "negative", negative).await);
+    assert!(msg.contains("maxReplacements"), "{msg}");
+    let capped = json!({"cel": {"rank": "1"}, "maxReplacements": 2});
+    let capped: BurstPolicy = create_policy(&ctx, "capped", capped)
+        .await
+        .unwrap()
+        .try_parse()
+        .unwrap();
+    assert_eq!(capped.spec.max_replacements, Some(2));
 }

@@ -31,6 +31,49 @@ pub struct Workload {
     /// Absent when there are none, so a runner from before files reads every other workload.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<FileMount>,
+    /// The Pod's `restartPolicy`, for a runner that restarts the workload in place (it asks
+    /// for it with [`WORKLOAD_RESTARTS_QUERY`]; the node leaves it out for runners that do not,
+    /// which refuse fields they do not know). `None`, as from an older node, means the runner
+    /// never restarts: the node decides, as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<RestartPolicy>,
+}
+
+/// The query a runner that restarts workloads in place adds to `GET /v1/workload`, so the node
+/// includes [`Workload::restart_policy`].
+pub const WORKLOAD_RESTARTS_QUERY: &str = "restarts=in-place";
+
+/// A Pod's `restartPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RestartPolicy {
+    /// Restart whenever the container ends.
+    Always,
+    /// Restart when it ends with a non-zero code.
+    OnFailure,
+    /// Never restart.
+    Never,
+}
+
+impl RestartPolicy {
+    /// The policy a Pod's `spec.restartPolicy` names (Kubernetes' default, `Always`, when
+    /// unset); `None` for a value Kubernetes would not accept.
+    pub fn from_pod(value: Option<&str>) -> Option<Self> {
+        match value {
+            None | Some("Always") => Some(Self::Always),
+            Some("OnFailure") => Some(Self::OnFailure),
+            Some("Never") => Some(Self::Never),
+            Some(_) => None,
+        }
+    }
+
+    /// Whether a container that ended with `exit_code` runs again.
+    pub fn restarts(self, exit_code: i32) -> bool {
+        match self {
+            Self::Always => true,
+            Self::OnFailure => exit_code != 0,
+            Self::Never => false,
+        }
+    }
 }
 
 /// A directory of files the workload sees at `mount_path`, as a kubelet writes a ConfigMap or
@@ -186,8 +229,13 @@ pub enum RunnerState {
     Starting,
     /// The workload's process is running.
     Running,
-    /// The workload's process ended; `exit_code` says how.
+    /// The workload's process ended; `exit_code` says how. Final: the runner will not run it
+    /// again.
     Exited,
+    /// The workload's process ended and the runner restarts it in place after a back-off
+    /// (kubelet's `CrashLoopBackOff`): `last_termination` says how it ended, `backoff_seconds`
+    /// how long the runner waits. Sent only to a node that gave a restart policy.
+    BackOff,
 }
 
 /// `POST /v1/status` request.
@@ -202,6 +250,69 @@ pub struct StatusReport {
     /// A short human-readable reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// How many times the runner restarted the workload in place (kubelet's `restartCount`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restart_count: u32,
+    /// When the current run started (with `Running`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    /// How the last run that ended did (with `BackOff`, and with `Running` after a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_termination: Option<Termination>,
+    /// How long the runner waits before the restart (with `BackOff`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_seconds: Option<u64>,
+    /// The runner applied the Pod's restart policy itself (with `Exited`): the exit is final
+    /// and the node must not run the workload again elsewhere.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restarts_in_place: bool,
+}
+
+impl StatusReport {
+    /// A report of `state` alone.
+    pub fn new(state: RunnerState) -> Self {
+        Self {
+            state,
+            exit_code: None,
+            message: None,
+            restart_count: 0,
+            started_at: None,
+            last_termination: None,
+            backoff_seconds: None,
+            restarts_in_place: false,
+        }
+    }
+}
+
+/// How one run of the workload ended (kubelet's `lastState.terminated`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Termination {
+    /// Its exit code.
+    pub exit_code: i32,
+    /// `Completed` for 0, `Error` otherwise, as a kubelet says.
+    pub reason: String,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// When it ended.
+    pub finished_at: DateTime<Utc>,
+}
+
+impl Termination {
+    /// A run that started at `started_at` and ended with `exit_code` at `finished_at`.
+    pub fn new(exit_code: i32, started_at: DateTime<Utc>, finished_at: DateTime<Utc>) -> Self {
+        let reason = if exit_code == 0 { "Completed" } else { "Error" };
+        Self {
+            exit_code,
+            reason: reason.to_owned(),
+            started_at,
+            finished_at,
+        }
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Which output stream a log line came from.
@@ -224,6 +335,11 @@ pub struct LogRecord {
     pub stream: LogStream,
     /// The line, without its newline.
     pub line: String,
+    /// Which run of the workload wrote it: 0 for the first, then one more for each restart in
+    /// place (the node keeps the current and the previous run apart for `kubectl logs
+    /// --previous`). Left out for 0, so older nodes read the first run's records.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub run: u32,
 }
 
 /// An error body: `{"error": "..."}`, with a machine-readable `code` for the refusals a runner
@@ -310,6 +426,42 @@ mod tests {
         let report: StatusReport =
             serde_json::from_str(r#"{"state":"Exited","exitCode":3}"#).expect("report");
         assert_eq!(report.exit_code, Some(3));
+        assert_eq!(report.restart_count, 0);
+        assert!(!report.restarts_in_place);
+    }
+
+    #[test]
+    fn a_first_run_s_report_and_log_record_keep_the_old_shape() {
+        let report = StatusReport {
+            exit_code: Some(1),
+            ..StatusReport::new(RunnerState::Exited)
+        };
+        let json = serde_json::to_value(&report).expect("json");
+        assert_eq!(json, serde_json::json!({"state": "Exited", "exitCode": 1}));
+        let record = LogRecord {
+            ts: Utc::now(),
+            stream: LogStream::Stdout,
+            line: "x".into(),
+            run: 0,
+        };
+        let json = serde_json::to_value(&record).expect("json");
+        assert!(json.get("run").is_none(), "{json}");
+        let workload = serde_json::to_value(Workload::default()).expect("json");
+        assert!(workload.get("restartPolicy").is_none(), "{workload}");
+    }
+
+    #[test]
+    fn restart_policies_read_as_kubernetes_defaults_them() {
+        assert_eq!(RestartPolicy::from_pod(None), Some(RestartPolicy::Always));
+        assert_eq!(
+            RestartPolicy::from_pod(Some("OnFailure")),
+            Some(RestartPolicy::OnFailure)
+        );
+        assert_eq!(RestartPolicy::from_pod(Some("Sometimes")), None);
+        assert!(RestartPolicy::Always.restarts(0));
+        assert!(RestartPolicy::OnFailure.restarts(2));
+        assert!(!RestartPolicy::OnFailure.restarts(0));
+        assert!(!RestartPolicy::Never.restarts(2));
     }
 }
 

@@ -265,11 +265,17 @@ impl CallbackClient {
         }
     }
 
-    /// `GET /v1/workload`.
+    /// `GET /v1/workload`, saying that this runner restarts workloads in place (so the node
+    /// includes the Pod's restart policy).
     pub async fn workload(&self) -> Result<Workload, RunnerError> {
         let what = "fetch the workload";
+        let (key, value) = neocloud_protocol::WORKLOAD_RESTARTS_QUERY
+            .split_once('=')
+            .unwrap_or_default();
         let response = self
-            .call(what, Method::GET, "v1/workload", true, |r| r)
+            .call(what, Method::GET, "v1/workload", true, |r| {
+                r.query(&[(key, value)])
+            })
             .await?;
         json(response).await.map_err(|e| e.during(what))
     }

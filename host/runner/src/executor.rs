@@ -45,7 +45,8 @@ pub struct DockerOptions {
     pub mounts: Vec<(PathBuf, String)>,
 }
 
-/// Starts `workload`; its output lines go to `logs` (dropped, and counted, when it is full).
+/// Starts run `run` of `workload` (0, then one more per restart in place); its output lines go
+/// to `logs` marked with the run (dropped, and counted, when it is full).
 /// `docker` says how a container runs and `container` is its name (sessions `docker exec` into
 /// it); both unused by processes.
 pub fn start(
@@ -54,6 +55,7 @@ pub fn start(
     docker: &DockerOptions,
     container: &str,
     logs: &mpsc::Sender<LogRecord>,
+    run: u32,
 ) -> Result<Started, RunnerError> {
     let (mut command, env_file) = match kind {
         ExecutorKind::Process => (process_command(workload)?, None),
@@ -77,10 +79,10 @@ pub fn start(
         message: e.to_string(),
     })?;
     if let Some(out) = child.stdout.take() {
-        tokio::spawn(pump(out, LogStream::Stdout, logs.clone()));
+        tokio::spawn(pump(out, LogStream::Stdout, logs.clone(), run));
     }
     if let Some(err) = child.stderr.take() {
-        tokio::spawn(pump(err, LogStream::Stderr, logs.clone()));
+        tokio::spawn(pump(err, LogStream::Stderr, logs.clone(), run));
     }
     Ok(Started { child, env_file })
 }
@@ -202,7 +204,12 @@ impl Drop for EnvFile {
 }
 
 /// Reads `from` line by line (lossy UTF-8, long lines split) into records.
-async fn pump(from: impl AsyncRead + Unpin, stream: LogStream, to: mpsc::Sender<LogRecord>) {
+async fn pump(
+    from: impl AsyncRead + Unpin,
+    stream: LogStream,
+    to: mpsc::Sender<LogRecord>,
+    run: u32,
+) {
     let mut reader = BufReader::new(from);
     let mut dropped = 0u64;
     let mut line = Vec::new();
@@ -220,6 +227,7 @@ async fn pump(from: impl AsyncRead + Unpin, stream: LogStream, to: mpsc::Sender<
             ts: Utc::now(),
             stream,
             line: String::from_utf8_lossy(&line).into_owned(),
+            run,
         };
         if to.try_send(record).is_err() {
             dropped += 1;

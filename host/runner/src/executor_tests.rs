@@ -19,6 +19,7 @@ fn workload() -> Workload {
         env: vec![EnvVar::new("HF_TOKEN", "hf_secret_value")],
         working_dir: Some("/work".into()),
         files: Vec::new(),
+        restart_policy: None,
     }
 }
 
@@ -71,6 +72,7 @@ fn nothing_from_the_pod_is_read_as_a_docker_option() {
         env: vec![],
         working_dir: Some("--pid=host".into()),
         files: vec![],
+        restart_policy: None,
     };
     let args = docker_args(
         &w,
@@ -117,7 +119,8 @@ async fn process_executor_pipes_both_streams_with_env() {
         ..Workload::default()
     };
     let (tx, mut rx) = mpsc::channel(16);
-    let mut started = start(ExecutorKind::Process, &w, &docker("host"), "c", &tx).expect("start");
+    let mut started =
+        start(ExecutorKind::Process, &w, &docker("host"), "c", &tx, 0).expect("start");
     drop(tx);
     let status = started.child.wait().await.expect("wait");
     assert_eq!(status.code(), Some(4));
@@ -158,6 +161,7 @@ fn missing_command_is_an_error() {
         &docker("host"),
         "c",
         &tx,
+        0,
     )
     .expect_err("none");
     assert!(matches!(err, RunnerError::NoCommand));
@@ -180,7 +184,8 @@ async fn the_workload_never_sees_the_runner_s_bootstrap_token_or_credential() {
         ..Workload::default()
     };
     let (tx, mut rx) = mpsc::channel(4);
-    let mut started = start(ExecutorKind::Process, &w, &docker("host"), "c", &tx).expect("start");
+    let mut started =
+        start(ExecutorKind::Process, &w, &docker("host"), "c", &tx, 0).expect("start");
     drop(tx);
     started.child.wait().await.expect("wait");
     let line = rx.recv().await.expect("a line").line;

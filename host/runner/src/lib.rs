@@ -22,6 +22,7 @@
 //! (`neocloud-protocol`). Downloaded onto every VM, so it links no Kubernetes client, no Wasm
 //! engine and no simulator (`host/node/tests/layout.rs` checks).
 
+pub mod backoff;
 mod client;
 mod executor;
 mod files;
@@ -35,7 +36,11 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use neocloud_protocol::{CREDENTIAL_ENV, RunnerState, SECRETS_FILE_ENV, Secret, StatusReport};
+use chrono::Utc;
+use neocloud_protocol::{
+    CREDENTIAL_ENV, LogRecord, RunnerState, SECRETS_FILE_ENV, Secret, StatusReport, Termination,
+    Workload,
+};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
@@ -97,7 +102,15 @@ pub struct RunnerArgs {
     /// Heartbeat period: `15s`, `500ms` or plain seconds.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub heartbeat_interval: Duration,
+    /// The first wait before restarting a workload in place (kubelet's 10 s, doubling to 30
+    /// times it). A knob for tests only, hidden: only kubelet's default belongs in production.
+    #[arg(long, hide = true, env = RESTART_BACKOFF_ENV, default_value = "10s", value_parser = parse_duration)]
+    pub restart_backoff: Duration,
 }
+
+/// The environment variable of the runner's hidden `--restart-backoff` (tests shorten the
+/// restart back-off with it).
+pub const RESTART_BACKOFF_ENV: &str = "NEOCLOUD_RUNNER_RESTART_BACKOFF";
 
 impl std::fmt::Debug for RunnerArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -112,6 +125,7 @@ impl std::fmt::Debug for RunnerArgs {
             .field("network", &self.network)
             .field("gpus", &self.gpus)
             .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("restart_backoff", &self.restart_backoff)
             .finish()
     }
 }
@@ -300,7 +314,9 @@ async fn authenticate(client: &CallbackClient, bootstrap: &Secret) -> Result<Str
     }
 }
 
-/// Runs the workload to completion and returns its exit code.
+/// Runs the workload to completion and returns its exit code. Under a restart policy that
+/// asks for it (given by the node with the workload), a workload that ends runs again on this
+/// machine after kubelet's back-off ([`backoff`]), and each end and restart is reported.
 pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     let (bootstrap, credential) = load_secrets(&args)?;
     let client = CallbackClient::new(&args.callback_url, &ca_pem(&args)?)?;
@@ -310,7 +326,7 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     tracing::info!(%spiffe_id, "runner: authenticated");
     let workload = client.workload().await?;
     let state: Shared = Arc::default();
-    report(&client, &state, RunnerState::Starting, None, None).await?;
+    report(&client, &state, StatusReport::new(RunnerState::Starting)).await?;
     let heartbeats = tokio::spawn(heartbeat(
         client.clone(),
         state.clone(),
@@ -319,77 +335,237 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     let (logs_tx, logs_rx) = mpsc::channel(16 * 1024);
     let shipper = tokio::spawn(shipper::ship(client.clone(), logs_rx));
     let container = container_name(&spiffe_id);
-    let mut docker = executor::DockerOptions {
-        network: args.network.clone(),
-        gpus: (args.gpus != "none").then(|| args.gpus.clone()),
-        mounts: Vec::new(),
+    // The files are written once for every run on this machine, and follow their objects.
+    let prepared = files::Files::prepare(args.executor, &workload.files, &container);
+    let mut runs = Runs {
+        args: &args,
+        client: &client,
+        state: &state,
+        workload: &workload,
+        container: &container,
+        logs: Some(logs_tx),
+        docker_mounts: Vec::new(),
+        backoff: backoff::Backoff::with_base(args.restart_backoff),
+        restarts: 0,
+        last: None,
     };
-    let started =
-        files::Files::prepare(args.executor, &workload.files, &container).and_then(|files| {
-            docker.mounts = files.docker_mounts();
-            executor::start(args.executor, &workload, &docker, &container, &logs_tx)
-                .map(|started| (started, files))
-        });
-    drop(logs_tx);
-    let (mut started, files) = match started {
-        Ok(started) => started,
+    let (ended, follow) = match prepared {
+        Ok(files) => {
+            runs.docker_mounts = files.docker_mounts();
+            let follow = tokio::spawn(files.follow(client.clone(), args.heartbeat_interval));
+            (runs.run_until_final().await, Some(follow))
+        }
+        // Files that cannot be written fail the same way on every run: not restarted.
+        Err(e) => (Ok((127, e.to_string())), None),
+    };
+    if let Some(follow) = follow {
+        follow.abort();
+    }
+    drop(runs.logs.take());
+    let (code, message) = match ended {
+        Ok(ended) => ended,
         Err(e) => {
-            let message = Some(e.to_string());
-            finish(&client, &state, 127, message).await?;
             heartbeats.abort();
             return Err(e);
         }
     };
-    if let Err(e) = report(&client, &state, RunnerState::Running, None, None).await {
-        if e.is_rental_not_current() {
-            stop(&mut started.child, args.executor, &container).await;
-        }
-        heartbeats.abort();
-        return Err(e);
-    }
-    // The process executor's child is the workload; docker's is the client, not the container.
-    let root = (args.executor == ExecutorKind::Process)
-        .then(|| started.child.id())
-        .flatten();
-    let stats = tokio::spawn(stats::report(client.clone(), root, args.heartbeat_interval));
-    let files = tokio::spawn(files.follow(client.clone(), args.heartbeat_interval));
-    let target = ExecTarget::for_workload(args.executor, &workload, &container);
-    let sessions = tokio::spawn(serve_sessions(client.clone(), Arc::new(target)));
-    let waited = wait_forwarding_signals(&mut started.child, client.revoked()).await;
-    sessions.abort();
-    stats.abort();
-    files.abort();
-    let status = match waited {
-        Waited::Exited(status) => status,
-        Waited::Revoked => {
-            tracing::warn!(
-                "runner: the node says this rental is no longer current; stopping the workload"
-            );
-            stop(&mut started.child, args.executor, &container).await;
-            heartbeats.abort();
-            return Err(RunnerError::RentalNotCurrent {
-                what: "run the workload",
-                message: "the node no longer believes this rental (it was replaced or declared \
-                          lost); the workload was stopped"
-                    .into(),
-            });
-        }
-    };
-    drop(started.env_file.take());
     if tokio::time::timeout(LOG_DRAIN_TIMEOUT, shipper)
         .await
         .is_err()
     {
         tracing::warn!("runner: gave up waiting for the last log lines to be delivered");
     }
-    let (code, message) = match status {
-        Ok(status) => exit_code(status),
-        Err(e) => (1, format!("failed to wait for the workload: {e}")),
+    let final_report = StatusReport {
+        exit_code: Some(code),
+        message: Some(message),
+        restart_count: runs.restarts,
+        last_termination: runs.last.clone(),
+        restarts_in_place: workload.restart_policy.is_some(),
+        ..StatusReport::new(RunnerState::Exited)
     };
-    let reported = finish(&client, &state, code, Some(message)).await;
+    let reported = finish(&client, &state, final_report).await;
     heartbeats.abort();
     reported?;
     Ok(code)
+}
+
+/// The runs of one workload on this machine.
+struct Runs<'a> {
+    args: &'a RunnerArgs,
+    client: &'a Arc<CallbackClient>,
+    state: &'a Shared,
+    workload: &'a Workload,
+    container: &'a str,
+    logs: Option<mpsc::Sender<LogRecord>>,
+    /// The workload's file directories, bind-mounted by the docker executor.
+    docker_mounts: Vec<(std::path::PathBuf, String)>,
+    backoff: backoff::Backoff,
+    /// Restarts in place so far: the number of the current run.
+    restarts: u32,
+    /// How the last run that ended did.
+    last: Option<Termination>,
+}
+
+impl Runs<'_> {
+    /// Runs the workload, again after each end the restart policy restarts, and returns the
+    /// final exit code and message; an error when the runner must stop (the node no longer
+    /// believes this rental).
+    async fn run_until_final(&mut self) -> Result<(i32, String), RunnerError> {
+        loop {
+            let started_at = Utc::now();
+            let began = tokio::time::Instant::now();
+            let (code, message) = match self.run_once(started_at).await? {
+                Ok(ended) => ended,
+                // Spawning fails the same way on this machine every time: not restarted.
+                Err(message) => return Ok((127, message)),
+            };
+            let restart = self
+                .workload
+                .restart_policy
+                .is_some_and(|p| p.restarts(code));
+            if !restart {
+                return Ok((code, message));
+            }
+            let ended = Termination::new(code, started_at, Utc::now());
+            let delay = self.backoff.next_delay(began.elapsed());
+            let waiting = StatusReport {
+                exit_code: Some(code),
+                message: Some(message.clone()),
+                restart_count: self.restarts,
+                last_termination: Some(ended.clone()),
+                backoff_seconds: Some(delay.as_secs_f64().ceil() as u64),
+                ..StatusReport::new(RunnerState::BackOff)
+            };
+            self.last = Some(ended);
+            tracing::info!(
+                code,
+                ?delay,
+                restarts = self.restarts,
+                "runner: restarting the workload after a back-off"
+            );
+            self.report_or_go_on(waiting).await?;
+            match wait_or_stop(delay, self.client.revoked()).await {
+                Some(Waited::Revoked) => return Err(revoked()),
+                // Stopped while backing off: the last run's code is the answer.
+                Some(Waited::Exited(_)) => return Ok((code, message)),
+                None => {}
+            }
+            self.restarts += 1;
+        }
+    }
+
+    /// One run: `Ok(Ok((code, message)))` when it ended, `Ok(Err(why))` when it could not be
+    /// started.
+    async fn run_once(
+        &mut self,
+        started_at: chrono::DateTime<Utc>,
+    ) -> Result<Result<(i32, String), String>, RunnerError> {
+        let args = self.args;
+        let docker = executor::DockerOptions {
+            network: args.network.clone(),
+            gpus: (args.gpus != "none").then(|| args.gpus.clone()),
+            mounts: self.docker_mounts.clone(),
+        };
+        let Some(logs) = self.logs.as_ref() else {
+            return Ok(Err("the log channel is closed".into()));
+        };
+        let started = executor::start(
+            args.executor,
+            self.workload,
+            &docker,
+            self.container,
+            logs,
+            self.restarts,
+        );
+        let mut started = match started {
+            Ok(started) => started,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        // Only a node that gave a restart policy reads the restart fields; an older one refuses
+        // fields it does not know, so it gets the report's old shape.
+        let restarting = self.workload.restart_policy.is_some();
+        let running = StatusReport {
+            restart_count: self.restarts,
+            started_at: restarting.then_some(started_at),
+            last_termination: self.last.clone(),
+            ..StatusReport::new(RunnerState::Running)
+        };
+        if let Err(e) = self.report_or_go_on(running).await {
+            stop(&mut started.child, args.executor, self.container).await;
+            return Err(e);
+        }
+        // The process executor's child is the workload; docker's is the client, not the container.
+        let root = (args.executor == ExecutorKind::Process)
+            .then(|| started.child.id())
+            .flatten();
+        let client = self.client.clone();
+        let stats = tokio::spawn(stats::report(client.clone(), root, args.heartbeat_interval));
+        let target = ExecTarget::for_workload(args.executor, self.workload, self.container);
+        let sessions = tokio::spawn(serve_sessions(client.clone(), Arc::new(target)));
+        let waited = wait_forwarding_signals(&mut started.child, client.revoked()).await;
+        sessions.abort();
+        stats.abort();
+        let status = match waited {
+            Waited::Exited(status) => status,
+            Waited::Revoked => {
+                tracing::warn!(
+                    "runner: the node says this rental is no longer current; stopping the workload"
+                );
+                stop(&mut started.child, args.executor, self.container).await;
+                return Err(revoked());
+            }
+        };
+        drop(started.env_file.take());
+        Ok(Ok(match status {
+            Ok(status) => exit_code(status),
+            Err(e) => (1, format!("failed to wait for the workload: {e}")),
+        }))
+    }
+
+    /// Reports a state between runs; only a refusal of the rental stops the runner (other
+    /// failures pass: the heartbeats say the state, and the next report the rest).
+    async fn report_or_go_on(&self, news: StatusReport) -> Result<(), RunnerError> {
+        match report(self.client, self.state, news).await {
+            Err(e) if e.is_rental_not_current() => Err(e),
+            Err(e) if self.restarts == 0 && self.last.is_none() => Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "runner: a state report was not delivered");
+                Ok(())
+            }
+            Ok(()) => Ok(()),
+        }
+    }
+}
+
+fn revoked() -> RunnerError {
+    RunnerError::RentalNotCurrent {
+        what: "run the workload",
+        message: "the node no longer believes this rental (it was replaced or declared \
+                  lost); the workload was stopped"
+            .into(),
+    }
+}
+
+/// Waits `delay` before a restart; `Some` when the runner was told to stop meanwhile (SIGTERM
+/// or SIGINT: [`Waited::Exited`]) or its rental was revoked.
+async fn wait_or_stop(
+    delay: Duration,
+    mut revoked: tokio::sync::watch::Receiver<bool>,
+) -> Option<Waited> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut term, mut interrupt) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(term), Ok(interrupt)) => (term, interrupt),
+        (Err(e), _) | (_, Err(e)) => return Some(Waited::Exited(Err(e))),
+    };
+    tokio::select! {
+        () = tokio::time::sleep(delay) => None,
+        _ = term.recv() => Some(Waited::Exited(Err(std::io::Error::other("stopped")))),
+        _ = interrupt.recv() => Some(Waited::Exited(Err(std::io::Error::other("stopped")))),
+        Ok(_) = revoked.wait_for(|revoked| *revoked) => Some(Waited::Revoked),
+    }
 }
 
 /// Reports `Exited`, trying again for [`FINAL_REPORT_PATIENCE`] while the failure may pass (the
@@ -397,20 +573,11 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
 async fn finish(
     client: &CallbackClient,
     state: &Shared,
-    code: i32,
-    message: Option<String>,
+    news: StatusReport,
 ) -> Result<(), RunnerError> {
     let deadline = tokio::time::Instant::now() + FINAL_REPORT_PATIENCE;
     loop {
-        match report(
-            client,
-            state,
-            RunnerState::Exited,
-            Some(code),
-            message.clone(),
-        )
-        .await
-        {
+        match report(client, state, news.clone()).await {
             Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
                 tracing::warn!(error = %e, "runner: the exit code is not delivered yet; trying again");
                 tokio::time::sleep(Duration::from_secs(2)).await;
@@ -503,20 +670,13 @@ fn exit_code(status: std::process::ExitStatus) -> (i32, String) {
 async fn report(
     client: &CallbackClient,
     shared: &Shared,
-    state: RunnerState,
-    exit_code: Option<i32>,
-    message: Option<String>,
+    news: StatusReport,
 ) -> Result<(), RunnerError> {
-    tracing::info!(?state, ?exit_code, "runner: reporting state");
-    if state != RunnerState::Exited {
-        *shared.lock() = Some(state);
+    tracing::info!(state = ?news.state, exit_code = ?news.exit_code, restarts = news.restart_count, "runner: reporting state");
+    if news.state != RunnerState::Exited {
+        *shared.lock() = Some(news.state);
     }
-    let report = StatusReport {
-        state,
-        exit_code,
-        message,
-    };
-    client.status(&report).await
+    client.status(&news).await
 }
 
 async fn heartbeat(client: Arc<CallbackClient>, state: Shared, every: Duration) {

@@ -144,6 +144,7 @@ mod tests {
             ts: chrono::Utc::now(),
             stream: LogStream::Stdout,
             line: format!("line {n}"),
+            run: 0,
         }
     }
 

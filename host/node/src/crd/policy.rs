@@ -53,6 +53,14 @@ pub struct BurstPolicySpec {
     /// `Enforce` decides; `Audit` evaluates and reports, and the built-in defaults decide.
     #[serde(default)]
     pub mode: PolicyMode,
+    /// How many times a Pod under this policy may be rented again on a new machine (its
+    /// machine lost, reclaimed, or ended with no runner to restart the container in place)
+    /// before it fails: 0 to 100; the node's default (5) when unset. Restarts in place on the
+    /// same machine do not count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self <= 100")
+        .message("spec.maxReplacements must be at most 100"))]
+    pub max_replacements: Option<u32>,
 }
 
 /// Where a Wasm component comes from: exactly one of path, configMap, url, oci.

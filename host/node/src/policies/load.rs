@@ -38,6 +38,8 @@ pub(crate) struct LoadedPolicy {
     pub digest: String,
     pub failure: FailurePolicy,
     pub mode: PolicyMode,
+    /// `spec.maxReplacements`, checked.
+    pub max_replacements: Option<u32>,
     pub body: Body,
 }
 
@@ -81,6 +83,7 @@ pub(crate) async fn load(
     bp: &BurstPolicy,
 ) -> Result<LoadedPolicy, LoadFailure> {
     let spec = &bp.spec;
+    let max_replacements = check_max_replacements(spec.max_replacements)?;
     let (digest, body) = match (&spec.cel, &spec.wasm) {
         (Some(rules), None) => {
             let (cel, rules) = (Arc::clone(cel), rules.clone());
@@ -103,8 +106,25 @@ pub(crate) async fn load(
         digest,
         failure: spec.failure_policy,
         mode: spec.mode,
+        max_replacements,
         body,
     })
+}
+
+/// The most `spec.maxReplacements` may be (the API server refuses more as well).
+pub(crate) const MAX_REPLACEMENTS_LIMIT: u32 = 100;
+
+/// `spec.maxReplacements` if it is within bounds (an API server without the CRD's validation
+/// rules may have let a larger one in).
+pub(crate) fn check_max_replacements(value: Option<u32>) -> Result<Option<u32>, LoadFailure> {
+    match value {
+        Some(n) if n > MAX_REPLACEMENTS_LIMIT => Err(vec![error(
+            "spec.maxReplacements",
+            format!("{n} is more than {MAX_REPLACEMENTS_LIMIT}"),
+        )]
+        .into()),
+        other => Ok(other),
+    }
 }
 
 async fn blocking<T: Send + 'static, E: Into<LoadFailure> + Send + 'static>(
@@ -322,6 +342,16 @@ fn load_wasm(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_replacements_above_the_limit_is_refused_naming_the_field_and_value() {
+        assert_eq!(check_max_replacements(None).ok(), Some(None));
+        assert_eq!(check_max_replacements(Some(100)).ok(), Some(Some(100)));
+        let refused = check_max_replacements(Some(101)).expect_err("too many");
+        let error = &refused.errors[0];
+        assert_eq!(error.field, "spec.maxReplacements");
+        assert_eq!(error.message, "101 is more than 100");
+    }
 
     #[test]
     fn a_policy_path_is_read_only_inside_the_wasm_dir() {

@@ -303,6 +303,14 @@ impl PolicyRegistry {
         }
     }
 
+    /// Policy `name`'s `spec.maxReplacements`, if it is loaded and sets one.
+    pub fn max_replacements(&self, name: &str) -> Option<u32> {
+        match self.read().get(name) {
+            Some(Entry::Loaded { policy, .. }) => policy.max_replacements,
+            _ => None,
+        }
+    }
+
     /// The planner and fallback for one Pod under policy `name`: the policy's filter, ranker,
     /// pricing and fallback (each present piece wrapped in the metrics wrappers under the
     /// policy's name) in place of `base`'s and `fallback`, everything else from `base`.

@@ -29,6 +29,7 @@ mod receipts;
 mod recorder;
 mod release;
 mod rented;
+mod rerent;
 mod runners;
 mod slim;
 mod spend;

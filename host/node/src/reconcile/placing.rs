@@ -95,6 +95,11 @@ impl Reconciler {
         b: CloudPodBinding,
         mut status: CloudPodBindingStatus,
     ) -> Result<Action, Error> {
+        // A Pod whose container exited waits out the back-off before it is rented again.
+        if let Some(left) = super::rerent::rerent_wait(&status, Utc::now()) {
+            tracing::debug!(pod = %pod.name_any(), ?left, "waiting out the back-off before renting again");
+            return Ok(Action::requeue(left));
+        }
         // An instance of unknown fate is looked up before anything is rented: while a provider
         // it may live on backs off, the Pod waits rather than rent elsewhere.
         if let Some((left, why)) = attempted_providers(&status)

@@ -29,7 +29,29 @@ pub struct DesiredPod {
     /// Sets the `cloud.aibrix.ai/Preempted` condition with this message (a spot instance of the
     /// Pod was reclaimed). `None` keeps the condition as the Pod has it.
     pub preempted: Option<String>,
+    /// How the container's last run ended (`lastState.terminated`), once its runner restarted
+    /// it in place. `None` keeps what the Pod says.
+    pub last_state: Option<LastState>,
+    /// When the running container started (RFC 3339), as its runner said; `None` keeps the
+    /// Pod's start, or now.
+    pub started_at: Option<String>,
 }
+
+/// A container's `lastState.terminated`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastState {
+    /// Its exit code.
+    pub exit_code: i32,
+    /// `Completed` or `Error`.
+    pub reason: String,
+    /// When it started (RFC 3339).
+    pub started_at: String,
+    /// When it ended (RFC 3339).
+    pub finished_at: String,
+}
+
+/// The waiting reason of a container backing off before a restart in place, as a kubelet's.
+pub const CRASH_LOOP: &str = "CrashLoopBackOff";
 
 /// The condition type a Pod carries once a provider reclaimed one of its instances.
 pub const PREEMPTED: &str = "cloud.aibrix.ai/Preempted";
@@ -44,6 +66,11 @@ pub enum Container {
     },
     /// Running on the rented instance.
     Running,
+    /// Ended, and waiting to be restarted in place (`CrashLoopBackOff`).
+    BackOff {
+        /// kubelet's message: `back-off 10s restarting failed container=...`.
+        message: String,
+    },
     /// Ended.
     Terminated {
         /// Why.
@@ -66,6 +93,8 @@ impl DesiredPod {
             pod_ip: None,
             restarts: 0,
             preempted: None,
+            last_state: None,
+            started_at: None,
         }
     }
 
@@ -79,6 +108,8 @@ impl DesiredPod {
             pod_ip: None,
             restarts: 0,
             preempted: None,
+            last_state: None,
+            started_at: None,
         }
     }
 
@@ -95,6 +126,8 @@ impl DesiredPod {
             pod_ip: None,
             restarts: 0,
             preempted: None,
+            last_state: None,
+            started_at: None,
         }
     }
 
@@ -154,13 +187,32 @@ fn container_matches(c: &ContainerStatus, want: &DesiredPod) -> bool {
     let Some(state) = &c.state else {
         return false;
     };
+    let time = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        t.map(|t| t.0.to_string())
+    };
+    let same_last = want.last_state.as_ref().is_none_or(|want| {
+        c.last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .is_some_and(|t| {
+                t.exit_code == want.exit_code
+                    && time(t.finished_at.as_ref()).as_ref() == Some(&want.finished_at)
+            })
+    });
     c.ready == want.ready()
+        && same_last
         && match &want.container {
             Container::Waiting { reason } => state
                 .waiting
                 .as_ref()
                 .is_some_and(|w| w.reason.as_deref() == Some(reason)),
-            Container::Running => state.running.is_some(),
+            Container::BackOff { message } => state.waiting.as_ref().is_some_and(|w| {
+                w.reason.as_deref() == Some(CRASH_LOOP) && w.message.as_ref() == Some(message)
+            }),
+            Container::Running => state.running.as_ref().is_some_and(|r| {
+                want.started_at.is_none()
+                    || time(r.started_at.as_ref()).as_ref() == want.started_at.as_ref()
+            }),
             Container::Terminated { reason, .. } => state
                 .terminated
                 .as_ref()
@@ -208,12 +260,15 @@ pub fn apply_body(pod: &Pod, want: &DesiredPod, host_ip: &str, now: &str) -> Val
     let state = match &want.container {
         Container::Waiting { reason } => json!({"waiting": {"reason": reason,
             "message": want.message}}),
+        Container::BackOff { message } => json!({"waiting": {"reason": CRASH_LOOP,
+            "message": message}}),
         Container::Running => {
-            let started = old
-                .and_then(|s| s.running.as_ref())
-                .and_then(|r| r.started_at.as_ref())
-                .map(|t| t.0.to_string())
-                .unwrap_or_else(|| now.to_owned());
+            let started = want.started_at.clone().unwrap_or_else(|| {
+                old.and_then(|s| s.running.as_ref())
+                    .and_then(|r| r.started_at.as_ref())
+                    .map(|t| t.0.to_string())
+                    .unwrap_or_else(|| now.to_owned())
+            });
             json!({"running": {"startedAt": started}})
         }
         Container::Terminated { reason, exit_code } => {
@@ -245,6 +300,9 @@ pub fn apply_body(pod: &Pod, want: &DesiredPod, host_ip: &str, now: &str) -> Val
             }],
         }
     });
+    if let Some(last) = last_state(status, want) {
+        body["status"]["containerStatuses"][0]["lastState"] = last;
+    }
     if let Some(preempted) = preempted_condition(conditions, want, now)
         && let Some(list) = body["status"]["conditions"].as_array_mut()
     {
@@ -261,6 +319,28 @@ pub fn apply_body(pod: &Pod, want: &DesiredPod, host_ip: &str, now: &str) -> Val
         body["status"]["message"] = json!(message);
     }
     body
+}
+
+/// The container's `lastState` to write: the one `want` gives, or the Pod's own, carried along
+/// (the container status is written whole).
+fn last_state(
+    status: Option<&k8s_openapi::api::core::v1::PodStatus>,
+    want: &DesiredPod,
+) -> Option<Value> {
+    if let Some(last) = &want.last_state {
+        return Some(
+            json!({"terminated": {"exitCode": last.exit_code, "reason": last.reason,
+            "startedAt": last.started_at, "finishedAt": last.finished_at}}),
+        );
+    }
+    let old = status?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .last_state
+        .as_ref()?;
+    old.terminated.as_ref()?;
+    serde_json::to_value(old).ok()
 }
 
 /// The `cloud.aibrix.ai/Preempted` condition to write: the new one `want` asks for (its
@@ -421,5 +501,61 @@ mod tests {
             (Some("Capacity"), Some(1))
         );
         assert!(is_current(&with_status(&pod(), &body), &want));
+    }
+
+    #[test]
+    fn a_container_backing_off_says_crash_loop_and_keeps_its_last_state_once_running_again() {
+        let last = LastState {
+            exit_code: 3,
+            reason: "Error".into(),
+            started_at: "2026-12-05T10:00:00Z".into(),
+            finished_at: "2026-12-05T10:00:02Z".into(),
+        };
+        let message = "back-off 10s restarting failed container=main pod=train_ml(u)";
+        let waiting = DesiredPod {
+            container: Container::BackOff {
+                message: message.into(),
+            },
+            restarts: 0,
+            last_state: Some(last.clone()),
+            ..DesiredPod::running()
+        };
+        let body = apply_body(&pod(), &waiting, "10.0.0.1", "2026-12-05T10:00:03Z");
+        let c = &body["status"]["containerStatuses"][0];
+        assert_eq!(body["status"]["phase"], "Running");
+        assert_eq!(c["ready"], false);
+        assert_eq!(c["state"]["waiting"]["reason"], CRASH_LOOP);
+        assert_eq!(c["state"]["waiting"]["message"], message);
+        assert_eq!(c["lastState"]["terminated"]["exitCode"], 3);
+        assert_eq!(
+            c["lastState"]["terminated"]["finishedAt"],
+            "2026-12-05T10:00:02Z"
+        );
+        let written = with_status(&pod(), &body);
+        assert!(is_current(&written, &waiting));
+
+        // Restarted: running since the runner says, one restart, the last state kept.
+        let running = DesiredPod {
+            restarts: 1,
+            started_at: Some("2026-12-05T10:00:12Z".into()),
+            ..DesiredPod::running()
+        };
+        assert!(!is_current(&written, &running));
+        let body = apply_body(&written, &running, "10.0.0.1", "2026-12-05T10:00:13Z");
+        let c = &body["status"]["containerStatuses"][0];
+        assert_eq!(c["state"]["running"]["startedAt"], "2026-12-05T10:00:12Z");
+        assert_eq!(c["restartCount"], 1);
+        assert_eq!(c["lastState"]["terminated"]["exitCode"], 3);
+        let again = with_status(&pod(), &body);
+        assert!(is_current(&again, &running));
+        // The next end is news.
+        let next = DesiredPod {
+            last_state: Some(LastState {
+                finished_at: "2026-12-05T10:00:14Z".into(),
+                ..last
+            }),
+            ..running
+        };
+        assert!(!is_current(&again, &next));
     }
 }

@@ -16,11 +16,13 @@ use neocloud_core::{
 };
 
 use super::attempts::{class_reason, count_failed, rfc3339};
-use super::pod_status::{Container, DesiredPod, apply_body, is_current};
+use super::pod_status::{Container, DesiredPod, LastState, apply_body, is_current};
 use super::recorder::write_status;
 use super::release::{Ending, Release, binding_key};
-use super::runners::RunnerStatus;
+use super::rerent::{RERENT_BACKOFF, rerent_backoff};
+use super::runners::{InPlace, RunnerStatus};
 use super::{Error, FINALIZER, NODE_LABEL, Reconciler, Said};
+use crate::callback::Termination;
 use crate::crd::{
     AttemptOutcome, BindingPhase, CloudPodBinding, CloudPodBindingSpec, CloudPodBindingStatus,
     PolicyRef, WorkloadSummary,
@@ -29,7 +31,7 @@ use crate::metrics::{InstrumentedFilter, InstrumentedRanker};
 use crate::vnode::FIELD_MANAGER;
 
 /// How many times a Pod's instance is replaced after it stopped, failed or was lost by the
-/// provider, before the Pod fails.
+/// provider, before the Pod fails, unless its BurstPolicy's `maxReplacements` says otherwise.
 pub const MAX_REPLACEMENTS: usize = 5;
 
 /// Reconciles one Pod bound to the node.
@@ -336,13 +338,17 @@ impl Reconciler {
             ),
             // The runner's exit code decides, whatever the instance now says: a container whose
             // runner ran the workload stops when it ends.
+            // A runner that restarts in place applied the restart policy: this end is final.
+            Some(i) if let Some(RunnerStatus::Finished(code)) = runner => {
+                return self.exited(pod, &b, status, i, code, true).await;
+            }
             Some(i) if let Some(RunnerStatus::Exited(code)) = runner => {
-                return self.exited(pod, &b, status, i, code).await;
+                return self.exited(pod, &b, status, i, code, false).await;
             }
             // A provider that ran the workload itself (a remote cluster's Pod) reports how it
             // ended, which decides as a runner's report would.
             Some(i) if let Some(code) = i.exit_code => {
-                return self.exited(pod, &b, status, i, code).await;
+                return self.exited(pod, &b, status, i, code, false).await;
             }
             Some(i) if i.phase == InstancePhase::Running => {
                 if let Some(RunnerStatus::Booting | RunnerStatus::Starting) = runner {
@@ -398,8 +404,17 @@ impl Reconciler {
                 };
                 let (written, ()) = tokio::join!(write, events);
                 written?;
-                let want = DesiredPod::running().on(i, replacements(&status));
-                self.set_pod(pod, &want).await?;
+                let want = self.running_pod(pod, i, replacements(&status), runner);
+                if self.set_pod(pod, &want).await?
+                    && matches!(want.container, Container::BackOff { .. })
+                {
+                    let note = format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        container_name(pod),
+                        kubelet_pod(pod)
+                    );
+                    self.event(pod, true, "BackOff", note).await;
+                }
                 return Ok(Action::requeue(self.cfg.running_poll_interval));
             }
             Some(i) if i.refused_capacity() => {
@@ -448,7 +463,13 @@ impl Reconciler {
         } else {
             FailureClass::Lost
         };
-        if restart && replaced < MAX_REPLACEMENTS {
+        if restart && replaced < self.max_replacements(pod) {
+            // A machine that ended by itself may have been ended by its workload (a container
+            // provider stops one whose process exited): rented again after a back-off. One
+            // lost or reclaimed is rented again at once.
+            if matches!(reason, "InstanceStopped" | "InstanceFailed") {
+                return self.rerent(pod, &b, status, message).await;
+            }
             return self.replace(pod, &b, status, class, message).await;
         }
         self.event(pod, true, reason, message.clone()).await;
@@ -479,9 +500,61 @@ impl Reconciler {
         true
     }
 
-    /// The runner reports the container ended with `code`: under the Pod's restartPolicy it
-    /// runs again on a new instance, or the binding ends (Succeeded on 0, Failed otherwise),
-    /// the instance is released and the Pod ends with the code.
+    /// What a Pod whose instance runs says: its container running (since when its runner
+    /// started it), or backing off before a restart in place (`CrashLoopBackOff`), with the
+    /// restarts (`replaced` instances and the runner's restarts in place) and how the last run
+    /// ended.
+    fn running_pod(
+        &self,
+        pod: &Pod,
+        i: &InstanceState,
+        replaced: usize,
+        runner: Option<RunnerStatus>,
+    ) -> DesiredPod {
+        let in_place = self.in_place(pod);
+        let restarts = replaced.saturating_add(in_place.restart_count as usize);
+        let mut want = DesiredPod::running().on(i, restarts);
+        want.last_state = in_place.last.as_ref().map(last_state);
+        match (runner, in_place.backoff_seconds) {
+            (Some(RunnerStatus::BackOff), Some(seconds)) => {
+                want.container = Container::BackOff {
+                    message: format!(
+                        "back-off {} restarting failed container={} pod={}",
+                        go_duration(seconds),
+                        container_name(pod),
+                        kubelet_pod(pod)
+                    ),
+                };
+            }
+            _ => want.started_at = in_place.started_at.map(rfc3339),
+        }
+        want
+    }
+
+    /// How many times the Pod may be rented again on a new machine: its BurstPolicy's
+    /// `maxReplacements` when the policy is loaded and sets one, else [`MAX_REPLACEMENTS`].
+    fn max_replacements(&self, pod: &Pod) -> usize {
+        let policy = self.workload(pod).ok().and_then(|(w, _)| w.policy);
+        policy
+            .and_then(|name| self.policies.as_ref()?.max_replacements(&name))
+            .map_or(MAX_REPLACEMENTS, |n| n as usize)
+    }
+
+    /// What the Pod's runner last said of its restarts in place.
+    fn in_place(&self, pod: &Pod) -> InPlace {
+        let uid = pod.uid().unwrap_or_default();
+        self.cfg
+            .runners
+            .as_ref()
+            .map(|r| r.in_place(&uid))
+            .unwrap_or_default()
+    }
+
+    /// The container ended with `code`. When its runner restarts in place (`in_place`) it
+    /// applied the Pod's restartPolicy itself and this end is final; otherwise (a Pod the
+    /// runner does not run, or an older runner) the node applies it: the Pod runs again on a
+    /// new instance after a back-off. Else the binding ends (Succeeded on 0, Failed
+    /// otherwise), the instance is released and the Pod ends with the code.
     async fn exited(
         &self,
         pod: &Pod,
@@ -489,19 +562,19 @@ impl Reconciler {
         mut status: CloudPodBindingStatus,
         i: &InstanceState,
         code: i32,
+        in_place: bool,
     ) -> Result<Action, Error> {
         let message = format!("the container on {} exited with code {code}", describe(i));
         let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
-        let again = match policy {
-            Some("Never") => false,
-            Some("OnFailure") => code != 0,
-            _ => true,
-        };
+        let again = !in_place
+            && match policy {
+                Some("Never") => false,
+                Some("OnFailure") => code != 0,
+                _ => true,
+            };
         let replaced = replacements(&status);
-        if again && replaced < MAX_REPLACEMENTS {
-            return self
-                .replace(pod, b, status, FailureClass::Lost, message)
-                .await;
+        if again && replaced < self.max_replacements(pod) {
+            return self.rerent(pod, b, status, message).await;
         }
         let (phase, reason) = if code == 0 {
             (BindingPhase::Succeeded, "Completed")
@@ -522,6 +595,7 @@ impl Reconciler {
         if let Release::Waiting(_) = self.release(&current, &ending).await? {
             return Ok(Action::requeue(self.cfg.release_poll));
         }
+        let restarted = self.in_place(pod);
         let want = DesiredPod {
             phase: if code == 0 { "Succeeded" } else { "Failed" },
             reason: Some(reason.to_owned()),
@@ -530,12 +604,48 @@ impl Reconciler {
                 reason: reason.to_owned(),
                 exit_code: code,
             },
-            ..DesiredPod::running().on(i, replaced)
+            last_state: restarted.last.as_ref().map(last_state),
+            ..DesiredPod::running().on(i, replaced.saturating_add(restarted.restart_count as usize))
         };
         if self.set_pod(pod, &want).await? {
             self.event(pod, code != 0, reason, message).await;
         }
         Ok(Action::await_change())
+    }
+
+    /// The container ended on an instance whose runner cannot restart it in place, and the
+    /// Pod's restartPolicy asks for it to run again: the instance is released now and another
+    /// one rented after kubelet's back-off (10 s doubling to 5 min, by the replacements so far;
+    /// see [`rerent_wait`](super::rerent::rerent_wait)), and the event names what the Pod has cost so far.
+    async fn rerent(
+        &self,
+        pod: &Pod,
+        b: &CloudPodBinding,
+        status: CloudPodBindingStatus,
+        message: String,
+    ) -> Result<Action, Error> {
+        let delay = rerent_backoff(replacements(&status));
+        let spent = self
+            .renter
+            .ledger
+            .accrued_usd(&binding_key(b), Utc::now())
+            .unwrap_or(0.0);
+        let note = format!(
+            "{message}; renting another instance in {}s (restartPolicy is not Never; ${spent:.4} \
+             spent on this pod so far)",
+            delay.as_secs()
+        );
+        let class = FailureClass::Lost;
+        let Some(_) = self
+            .retire(b, status, class, &message, RERENT_BACKOFF, &note)
+            .await?
+        else {
+            return Ok(Action::requeue(self.cfg.release_poll));
+        };
+        self.event(pod, true, RERENT_BACKOFF, note.clone()).await;
+        self.set_pod(pod, &DesiredPod::pending(RERENT_BACKOFF, note))
+            .await?;
+        Ok(Action::requeue(delay))
     }
 
     /// The instance ended by itself and the Pod's restartPolicy asks for it to run again: the
@@ -726,9 +836,49 @@ impl Reconciler {
     }
 }
 
+/// The Pod's first container's name.
+fn container_name(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .map(|c| c.name.clone())
+        .unwrap_or_default()
+}
+
+/// Whole seconds as Go prints a `time.Duration` (kubelet's messages do): `10s`, `1m20s`,
+/// `5m0s`, `1h0m0s`.
+fn go_duration(seconds: u64) -> String {
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, m) => format!("{m}m{s}s"),
+        (h, m) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// A Pod as a kubelet names it in messages: `name_namespace(uid)`.
+fn kubelet_pod(pod: &Pod) -> String {
+    format!(
+        "{}_{}({})",
+        pod.name_any(),
+        pod.namespace().unwrap_or_default(),
+        pod.uid().unwrap_or_default()
+    )
+}
+
+/// A runner's account of a run as the Pod's `lastState`.
+fn last_state(t: &Termination) -> LastState {
+    LastState {
+        exit_code: t.exit_code,
+        reason: t.reason.clone(),
+        started_at: rfc3339(t.started_at),
+        finished_at: rfc3339(t.finished_at),
+    }
+}
+
 /// How many instances of the binding were replaced after they stopped or were lost (listed
 /// attempts and tallied ones).
-fn replacements(status: &CloudPodBindingStatus) -> usize {
+pub(super) fn replacements(status: &CloudPodBindingStatus) -> usize {
     count_failed(status, &["preempted", "lost"])
 }
 
@@ -807,4 +957,15 @@ fn trace_wait(status: &CloudPodBindingStatus, i: &InstanceState) {
             opentelemetry::KeyValue::new("neocloud.instance", i.id.clone()),
         ],
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn back_off_waits_read_as_kubelet_prints_them() {
+        let printed: Vec<String> = [10, 40, 80, 300, 3600].map(go_duration).into();
+        assert_eq!(printed, ["10s", "40s", "1m20s", "5m0s", "1h0m0s"]);
+    }
 }

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
@@ -35,7 +36,8 @@ use tokio::sync::mpsc;
 use super::files::{self, PodFiles};
 use super::{Reconciler, env};
 use crate::callback::{
-    CallbackError, CallbackHandle, EnvVar, RunnerEvent, RunnerEventKind, RunnerState, Workload,
+    CallbackError, CallbackHandle, EnvVar, RestartPolicy, RunnerEvent, RunnerEventKind,
+    RunnerState, Termination, Workload,
 };
 use crate::callback::{UserDataOptions, render_container_start, render_user_data};
 
@@ -48,8 +50,15 @@ pub enum RunnerStatus {
     Starting,
     /// The workload runs.
     Running,
-    /// The workload ended with this code.
+    /// The workload ended with this code, and the node applies the restart policy (an older
+    /// runner, which does not restart in place).
     Exited(i32),
+    /// The workload ended with this code for good: the runner applied the restart policy
+    /// itself and does not run it again.
+    Finished(i32),
+    /// The workload ended and the runner restarts it in place after a back-off
+    /// ([`Runners::in_place`] says how it ended and how long the wait is).
+    BackOff,
     /// The runner authenticated, then stopped sending heartbeats.
     Lost,
     /// The runner never called back within the boot timeout (its bootstrap token expired).
@@ -66,6 +75,21 @@ struct Entry {
     launched: Option<Instant>,
     /// The Pod's file mounts, read again while it runs (see `refresh_files`).
     mounts: Vec<neocloud_core::files::FileMount>,
+    /// What the runner last said of restarts in place.
+    in_place: InPlace,
+}
+
+/// A runner's restarts of the workload on its machine, as it last reported them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InPlace {
+    /// How many times it restarted the workload.
+    pub restart_count: u32,
+    /// When the current run started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// How the last run that ended did.
+    pub last: Option<Termination>,
+    /// The wait before the next restart, while backing off.
+    pub backoff_seconds: Option<u64>,
 }
 
 /// The callback server's handle plus what the reconciler needs to boot runners and follow them.
@@ -153,7 +177,7 @@ impl Runners {
         let uid = pod.uid().unwrap_or_default();
         let token = self
             .handle
-            .register(&uid, rental, workload(w, env, files))?;
+            .register(&uid, rental, workload(pod, w, env, files))?;
         let credential = self.handle.credential(&uid, rental)?;
         let entry = Entry {
             pod: ObjectRef::from_obj(pod),
@@ -161,6 +185,7 @@ impl Runners {
             status: RunnerStatus::Booting,
             launched: None,
             mounts: files.mounts.clone(),
+            in_place: InPlace::default(),
         };
         self.state.lock().insert(uid, entry);
         let user_data = render_user_data(
@@ -203,7 +228,7 @@ impl Runners {
         let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
         let known = running.then_some(RunnerState::Running);
         self.handle
-            .adopt(&uid, rental, workload(w, env, files), known);
+            .adopt(&uid, rental, workload(pod, w, env, files), known);
         let entry = Entry {
             pod: ObjectRef::from_obj(pod),
             rental,
@@ -214,6 +239,7 @@ impl Runners {
             },
             launched: Some(Instant::now()),
             mounts: files.mounts.clone(),
+            in_place: InPlace::default(),
         };
         self.state.lock().entry(uid).or_insert(entry);
     }
@@ -231,6 +257,15 @@ impl Runners {
             }
             other => other,
         })
+    }
+
+    /// What the runner of the Pod with this uid last said of its restarts in place.
+    pub fn in_place(&self, uid: &str) -> InPlace {
+        self.state
+            .lock()
+            .get(uid)
+            .map(|e| e.in_place.clone())
+            .unwrap_or_default()
     }
 
     /// Whether this process follows the runner of the Pod with this uid.
@@ -318,8 +353,21 @@ impl Runners {
             RunnerEventKind::State(report) => match report.state {
                 RunnerState::Starting => RunnerStatus::Starting,
                 RunnerState::Running => RunnerStatus::Running,
+                RunnerState::Exited if report.restarts_in_place => {
+                    RunnerStatus::Finished(report.exit_code.unwrap_or(1))
+                }
                 RunnerState::Exited => RunnerStatus::Exited(report.exit_code.unwrap_or(1)),
+                RunnerState::BackOff => RunnerStatus::BackOff,
             },
+        };
+        let in_place = match &event.kind {
+            RunnerEventKind::State(report) => Some(InPlace {
+                restart_count: report.restart_count,
+                started_at: report.started_at,
+                last: report.last_termination.clone(),
+                backoff_seconds: report.backoff_seconds,
+            }),
+            RunnerEventKind::Lost => None,
         };
         let pod = {
             let mut state = self.state.lock();
@@ -331,6 +379,12 @@ impl Runners {
                 return;
             }
             entry.status = status;
+            // A heartbeat's news (no restart count) keeps what the reports said.
+            if let Some(news) = in_place.filter(|n| n.restart_count > 0 || n.last.is_some()) {
+                entry.in_place = news;
+            } else if status == RunnerStatus::Running {
+                entry.in_place.backoff_seconds = None;
+            }
             entry.pod.clone()
         };
         tracing::info!(pod = %pod, ?status, "runner reported");
@@ -358,9 +412,12 @@ pub fn container_runner(pod: &Pod) -> bool {
 /// The annotation that opts a Pod out of the runner on container providers.
 pub const RUNNER_ANNOTATION: &str = "cloud.aibrix.ai/runner";
 
-/// What the runner fetches: the workload with its environment and files resolved.
-fn workload(w: &WorkloadSpec, env: &[(String, String)], files: &PodFiles) -> Workload {
+/// What the runner fetches: the workload with its environment and files resolved, and the
+/// Pod's restart policy (the callback gives it only to runners that restart in place).
+fn workload(pod: &Pod, w: &WorkloadSpec, env: &[(String, String)], files: &PodFiles) -> Workload {
+    let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
     Workload {
+        restart_policy: RestartPolicy::from_pod(policy),
         image: w.image.clone(),
         command: w.command.clone(),
         args: w.args.clone(),

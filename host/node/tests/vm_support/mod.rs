@@ -36,11 +36,18 @@ pub struct World {
 impl World {
     /// A world whose Lambda VMs run their runner (`boots`), or never do.
     pub async fn new(prefix: &str, boots: bool) -> World {
+        let runner = boots.then(crate::runner_bin::runner_binary);
+        World::with_runner(prefix, runner).await
+    }
+
+    /// A world whose Lambda VMs start `runner` (a runner binary, or a script that starts one)
+    /// from their `user_data`, or nothing.
+    pub async fn with_runner(prefix: &str, runner: Option<PathBuf>) -> World {
+        let boots = runner.is_some();
         let ctx = TestContext::new(prefix).await;
-        let lambda = if boots {
-            SimConfig::fast().with_user_data_runner(crate::runner_bin::runner_binary())
-        } else {
-            SimConfig::fast()
+        let lambda = match runner {
+            Some(runner) => SimConfig::fast().with_user_data_runner(runner),
+            None => SimConfig::fast(),
         };
         let sims = CloudSim::start(CloudSimConfig {
             runpod: SimConfig::fast(),

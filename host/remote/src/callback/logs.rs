@@ -5,6 +5,11 @@
 //! what they have not seen, so a slow reader never blocks the writer and never sees a line twice.
 //! Lines evicted before a follower reads them are skipped.
 //!
+//! A workload the runner restarts in place has runs (0, 1, ...; each record names its own): a
+//! reader gets the current run's lines, or with `previous` the last run that ended before a
+//! restart, as a kubelet keeps the current and the last terminated container's logs. All runs
+//! share the one bound. A follower of a run finishes when the run ends or a later one starts.
+//!
 //! What a runner sends comes in through [`ingest`]: its NDJSON body is split into lines by
 //! tokio-util's `LinesCodec`, linear in the body's size and bounded at [`MAX_LOG_RECORD`] bytes
 //! a line.
@@ -57,6 +62,8 @@ pub struct LogOptions {
     pub since_seconds: Option<u64>,
     /// Prefix each line with its RFC 3339 time (nanoseconds) and a space.
     pub timestamps: bool,
+    /// The last run that ended before a restart in place, not the current one.
+    pub previous: bool,
 }
 
 /// One stored line.
@@ -70,6 +77,8 @@ pub struct LogLine {
     pub stream: LogStream,
     /// Text without the newline.
     pub line: String,
+    /// The run of the workload that wrote it.
+    pub run: u32,
 }
 
 #[derive(Debug)]
@@ -78,6 +87,29 @@ struct Ring {
     bytes: usize,
     next_seq: u64,
     closed: bool,
+    /// The current run (the latest one a record or report named).
+    run: u32,
+    /// The current run ended and waits for its restart.
+    ended: bool,
+}
+
+impl Ring {
+    /// The run a reader asks for: the current one, or the last one that ended before a
+    /// restart (`None` when no run has).
+    fn wanted(&self, previous: bool) -> Option<u32> {
+        match (previous, self.ended) {
+            (false, _) | (true, true) => Some(self.run),
+            (true, false) => self.run.checked_sub(1),
+        }
+    }
+
+    /// Moves on to run `run` if it is later than the current one.
+    fn advance(&mut self, run: u32) {
+        if run > self.run {
+            self.run = run;
+            self.ended = false;
+        }
+    }
 }
 
 /// One binding's bounded log.
@@ -96,6 +128,8 @@ impl LogBuffer {
             bytes: 0,
             next_seq: 0,
             closed: false,
+            run: 0,
+            ended: false,
         };
         Self {
             limits,
@@ -113,11 +147,13 @@ impl LogBuffer {
         let seq = ring.next_seq;
         ring.next_seq += 1;
         ring.bytes += record.line.len();
+        ring.advance(record.run);
         ring.lines.push_back(LogLine {
             seq,
             ts: record.ts,
             stream: record.stream,
             line: record.line,
+            run: record.run,
         });
         while ring.lines.len() > self.limits.max_lines
             || (ring.bytes > self.limits.max_bytes && ring.lines.len() > 1)
@@ -127,6 +163,30 @@ impl LogBuffer {
             }
         }
         self.next.send_replace(ring.next_seq);
+    }
+
+    /// Run `run` of the workload started (a restart in place): it is the current run, and the
+    /// one before it the previous. Followers of earlier runs finish.
+    pub fn start_run(&self, run: u32) {
+        let mut ring = self.ring.lock();
+        ring.advance(run);
+        if ring.run == run {
+            ring.ended = false;
+        }
+        drop(ring);
+        self.next.send_modify(|_| {});
+    }
+
+    /// Run `run` ended and the workload waits to be restarted: that run is now the previous
+    /// one (and still the current one until the restart). Its followers finish.
+    pub fn end_run(&self, run: u32) {
+        let mut ring = self.ring.lock();
+        ring.advance(run);
+        if ring.run == run {
+            ring.ended = true;
+        }
+        drop(ring);
+        self.next.send_modify(|_| {});
     }
 
     /// Ends the log: followers finish once they have read everything. Idempotent.
@@ -140,26 +200,35 @@ impl LogBuffer {
         self.ring.lock().lines.iter().cloned().collect()
     }
 
-    /// The log as the kubelet would serve it, one chunk per line.
-    pub fn read(self: &Arc<Self>, options: LogOptions) -> BoxStream<'static, Bytes> {
-        let first = self.initial(&options);
+    /// The log as the kubelet would serve it, one chunk per line: the current run's, or the
+    /// previous run's with `options.previous` (`None` when there is no previous run). A
+    /// previous run has ended, so following it returns what there is.
+    pub fn read(self: &Arc<Self>, options: LogOptions) -> Option<BoxStream<'static, Bytes>> {
+        let first = self.initial(&options)?;
         let reader = Reader {
             log: self.clone(),
-            options,
+            options: LogOptions {
+                follow: options.follow && !options.previous,
+                ..options
+            },
             wake: self.next.subscribe(),
             after: first.after,
             pending: first.lines.into(),
             budget: options.limit_bytes,
+            run: first.run,
         };
-        futures::stream::unfold(reader, |mut reader| async move {
-            let chunk = reader.next_chunk().await?;
-            Some((chunk, reader))
-        })
-        .boxed()
+        Some(
+            futures::stream::unfold(reader, |mut reader| async move {
+                let chunk = reader.next_chunk().await?;
+                Some((chunk, reader))
+            })
+            .boxed(),
+        )
     }
 
-    fn initial(&self, options: &LogOptions) -> Initial {
+    fn initial(&self, options: &LogOptions) -> Option<Initial> {
         let ring = self.ring.lock();
+        let run = ring.wanted(options.previous)?;
         // A start before the earliest time chrono knows keeps every line.
         let since = options.since_seconds.and_then(|s| {
             let back = chrono::Duration::try_seconds(i64::try_from(s).ok()?)?;
@@ -168,34 +237,38 @@ impl LogBuffer {
         let mut lines: Vec<LogLine> = ring
             .lines
             .iter()
-            .filter(|l| since.is_none_or(|since| l.ts >= since))
+            .filter(|l| l.run == run && since.is_none_or(|since| l.ts >= since))
             .cloned()
             .collect();
         if let Some(tail) = options.tail_lines {
             lines.drain(..lines.len().saturating_sub(tail));
         }
-        Initial {
+        Some(Initial {
             lines,
             after: ring.next_seq,
-        }
+            run,
+        })
     }
 
-    /// Lines with `seq >= from`, and whether the log is closed.
-    fn since(&self, from: u64) -> (Vec<LogLine>, u64, bool) {
+    /// Lines of run `run` with `seq >= from`, and whether that run's log is over (the log is
+    /// closed, the run ended, or a later one started).
+    fn since(&self, from: u64, run: u32) -> (Vec<LogLine>, u64, bool) {
         let ring = self.ring.lock();
         let lines = ring
             .lines
             .iter()
-            .filter(|l| l.seq >= from)
+            .filter(|l| l.seq >= from && l.run == run)
             .cloned()
             .collect();
-        (lines, ring.next_seq, ring.closed)
+        let over = ring.closed || ring.run > run || ring.ended;
+        (lines, ring.next_seq, over)
     }
 }
 
 struct Initial {
     lines: Vec<LogLine>,
     after: u64,
+    run: u32,
 }
 
 struct Reader {
@@ -206,6 +279,8 @@ struct Reader {
     after: u64,
     pending: VecDeque<LogLine>,
     budget: Option<usize>,
+    /// The run read.
+    run: u32,
 }
 
 impl Reader {
@@ -220,10 +295,10 @@ impl Reader {
             if !self.options.follow {
                 return None;
             }
-            let (lines, next, closed) = self.log.since(self.after);
+            let (lines, next, over) = self.log.since(self.after, self.run);
             self.after = next;
             if lines.is_empty() {
-                if closed {
+                if over {
                     return None;
                 }
                 self.wake.changed().await.ok()?;

@@ -9,6 +9,14 @@ fn record(line: &str, stream: LogStream) -> LogRecord {
         ts: Utc::now(),
         stream,
         line: line.to_string(),
+        run: 0,
+    }
+}
+
+fn of_run(line: &str, run: u32) -> LogRecord {
+    LogRecord {
+        run,
+        ..record(line, LogStream::Stdout)
     }
 }
 
@@ -21,7 +29,7 @@ fn filled(lines: &[&str]) -> Arc<LogBuffer> {
 }
 
 async fn text(log: &Arc<LogBuffer>, options: LogOptions) -> String {
-    let chunks: Vec<Bytes> = log.read(options).collect().await;
+    let chunks: Vec<Bytes> = log.read(options).expect("a run").collect().await;
     String::from_utf8(chunks.concat()).expect("utf-8")
 }
 
@@ -117,7 +125,7 @@ async fn follow_streams_new_lines_until_closed() {
         follow: true,
         ..LogOptions::default()
     };
-    let mut stream = Box::pin(log.read(options));
+    let mut stream = Box::pin(log.read(options).expect("a run"));
     assert_eq!(stream.next().await, Some(Bytes::from("before\n")));
     let writer = log.clone();
     tokio::spawn(async move {
@@ -216,4 +224,62 @@ async fn records_that_are_not_json_or_utf8_are_refused_by_number() {
     .await)
         .expect_err("refused");
     assert_eq!(err.to_string(), "binding uid-a is not registered");
+}
+
+const PREVIOUS: LogOptions = LogOptions {
+    follow: false,
+    tail_lines: None,
+    limit_bytes: None,
+    since_seconds: None,
+    timestamps: false,
+    previous: true,
+};
+
+#[tokio::test]
+async fn a_log_without_a_restart_has_no_previous_run() {
+    let log = filled(&["a"]);
+    assert!(log.read(PREVIOUS).is_none());
+}
+
+#[tokio::test]
+async fn the_previous_run_is_the_one_that_ended_and_the_current_one_the_restart() {
+    let log = Arc::new(LogBuffer::new(LogLimits::default()));
+    log.append(of_run("first", 0));
+    log.end_run(0);
+    // Backing off: like a kubelet, both the current and the previous log are the ended run.
+    assert_eq!(text(&log, PREVIOUS).await, "first\n");
+    assert_eq!(text(&log, LogOptions::default()).await, "first\n");
+    log.start_run(1);
+    assert_eq!(text(&log, LogOptions::default()).await, "");
+    log.append(of_run("second", 1));
+    // A late line of the ended run still goes to that run.
+    log.append(of_run("first, late", 0));
+    assert_eq!(text(&log, PREVIOUS).await, "first\nfirst, late\n");
+    assert_eq!(text(&log, LogOptions::default()).await, "second\n");
+    // A record of a later run moves the log on without a report.
+    log.append(of_run("third", 2));
+    assert_eq!(text(&log, PREVIOUS).await, "second\n");
+    assert_eq!(text(&log, LogOptions::default()).await, "third\n");
+}
+
+#[tokio::test]
+async fn following_a_run_ends_when_it_ends() {
+    let log = Arc::new(LogBuffer::new(LogLimits::default()));
+    log.append(of_run("one", 0));
+    let options = LogOptions {
+        follow: true,
+        ..LogOptions::default()
+    };
+    let mut stream = Box::pin(log.read(options).expect("a run"));
+    assert_eq!(stream.next().await, Some(Bytes::from("one\n")));
+    let writer = log.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        writer.append(of_run("two", 0));
+        writer.end_run(0);
+        writer.append(of_run("next run", 1));
+    });
+    assert_eq!(stream.next().await, Some(Bytes::from("two\n")));
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next()).await;
+    assert_eq!(end.expect("the follow ends"), None);
 }

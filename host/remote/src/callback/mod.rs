@@ -46,8 +46,8 @@ pub use identity::RunnerIdentity;
 pub use logs::{LogBuffer, LogLimits, LogLine, LogOptions};
 pub use neocloud_protocol::{
     BootstrapToken, EnvVar, ErrorBody, ExecutorKind, File, FileMount, Heartbeat, LogRecord,
-    LogStream, ReauthRequest, RunnerState, Secret, SessionToken, StatusReport, TokenRequest,
-    TokenResponse, Workload,
+    LogStream, ReauthRequest, RestartPolicy, RunnerState, Secret, SessionToken, StatusReport,
+    Termination, TokenRequest, TokenResponse, Workload,
 };
 pub use ratelimit::RateLimit;
 pub use server::CallbackServer;
@@ -153,6 +153,10 @@ pub enum CallbackError {
     /// The binding is not registered.
     #[error("binding {0} is not registered with the runner callback")]
     NotRegistered(String),
+    /// The previous run's log was asked for, and the workload of the binding has not been
+    /// restarted in place (or that run's log is no longer kept).
+    #[error("binding {0} has no previous run of its workload")]
+    NoPreviousRun(String),
     /// The caller is the runner of a rental of the binding that is no longer current: it was
     /// replaced, or its runner was declared lost. It must stop its workload.
     #[error(

@@ -30,7 +30,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::extract::{ConnectInfo, FromRequestParts, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -192,6 +192,7 @@ pub(super) fn refusal(e: &CallbackError) -> Response {
         CallbackError::Token(_) | CallbackError::CredentialSpent { .. } => StatusCode::UNAUTHORIZED,
         CallbackError::RentalNotCurrent { .. } => StatusCode::FORBIDDEN,
         CallbackError::NotRegistered(_) => StatusCode::FORBIDDEN,
+        CallbackError::NoPreviousRun(_) => StatusCode::NOT_FOUND,
         CallbackError::NotAdoptedYet(_) => return unavailable(e.to_string()),
         CallbackError::RunnerGone { .. } => StatusCode::FORBIDDEN,
         CallbackError::TooManySessions { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -319,9 +320,24 @@ async fn refresh(State(state): AppState, Authed(uid, rental): Authed) -> Respons
     session_response(&state, state.refresh(&uid, rental))
 }
 
-async fn workload(State(state): AppState, Authed(uid, rental): Authed) -> Response {
+/// The workload; its restart policy only for a runner that says it restarts in place (an
+/// older runner refuses a field it does not know, and leaves restarts to the node).
+async fn workload(
+    State(state): AppState,
+    Authed(uid, rental): Authed,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let restarts_in_place = query.as_deref().is_some_and(|q| {
+        q.split('&')
+            .any(|pair| pair == neocloud_protocol::WORKLOAD_RESTARTS_QUERY)
+    });
     match state.workload(&uid, rental) {
-        Ok(workload) => no_store(Json(workload).into_response()),
+        Ok(mut workload) => {
+            if !restarts_in_place {
+                workload.restart_policy = None;
+            }
+            no_store(Json(workload).into_response())
+        }
         Err(e) => refusal(&e),
     }
 }
@@ -331,7 +347,7 @@ async fn status(State(state): AppState, Authed(uid, rental): Authed, body: Bytes
         Ok(report) => report,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid status: {e}")),
     };
-    tracing::info!(binding = %uid, state = ?report.state, exit_code = ?report.exit_code, "callback: runner state");
+    tracing::info!(binding = %uid, state = ?report.state, exit_code = ?report.exit_code, restarts = report.restart_count, "callback: runner state");
     match state.report(&uid, rental, report).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refusal(&e),

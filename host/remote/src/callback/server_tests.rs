@@ -4,7 +4,8 @@ use futures::StreamExt;
 
 use super::*;
 use crate::callback::{
-    EnvVar, LogOptions, LogStream, RateLimit, RunnerEventKind, RunnerState, Secret, Workload,
+    EnvVar, LogOptions, LogRecord, LogStream, RateLimit, RunnerEventKind, RunnerState, Secret,
+    StatusReport, Workload,
 };
 use neocloud_runner::CallbackClient;
 
@@ -62,9 +63,8 @@ async fn a_session_reaches_only_its_own_binding() {
     let got = a.workload().await.expect("workload");
     assert_eq!(got, workload("a"));
     let report = StatusReport {
-        state: RunnerState::Running,
         exit_code: None,
-        message: None,
+        ..StatusReport::new(RunnerState::Running)
     };
     a.status(&report).await.expect("status");
     let event = events.recv().await.expect("event");
@@ -208,6 +208,101 @@ async fn logs_are_appended_from_ndjson_and_bad_records_refused() {
     let bad = futures::stream::iter([Ok(Bytes::from("not json\n"))]);
     let err = a.logs(bad).await.expect_err("bad record");
     assert!(err.to_string().contains("400"), "{err}");
+}
+
+#[tokio::test]
+async fn a_restart_in_place_keeps_the_last_run_s_log_as_the_previous_one() {
+    let (server, mut events) = start(config()).await;
+    let handle = server.handle();
+    let always = Workload {
+        restart_policy: Some(neocloud_protocol::RestartPolicy::Always),
+        ..workload("a")
+    };
+    let token = handle.register("uid-a", 1, always.clone()).expect("a");
+    let a = client(&server);
+    a.exchange(&token).await.expect("exchange");
+    // A runner that restarts in place is given the policy; one that does not ask is not.
+    assert_eq!(a.workload().await.expect("workload"), always);
+    let token_b = handle.register("uid-b", 1, always.clone()).expect("b");
+    let http = raw(&server);
+    let body = serde_json::json!({ "bootstrapToken": token_b.expose() });
+    let sent = http.post(format!("{}/v1/token", url(&server))).json(&body);
+    let session: TokenResponse = sent.send().await.expect("send").json().await.expect("json");
+    let old = http
+        .get(format!("{}/v1/workload", url(&server)))
+        .bearer_auth(&session.session_token)
+        .send()
+        .await
+        .expect("get");
+    let old: serde_json::Value = old.json().await.expect("json");
+    assert!(old.get("restartPolicy").is_none(), "{old}");
+
+    let line = |run: u32, text: &str| {
+        let record = LogRecord {
+            ts: chrono::Utc::now(),
+            stream: LogStream::Stdout,
+            line: text.into(),
+            run,
+        };
+        Ok::<_, std::io::Error>(Bytes::from(serde_json::to_string(&record).unwrap() + "\n"))
+    };
+    let read = |previous: bool| {
+        let options = LogOptions {
+            previous,
+            ..LogOptions::default()
+        };
+        let handle = handle.clone();
+        async move {
+            match handle.read_logs("uid-a", options) {
+                Ok(stream) => Some(stream.collect::<Vec<Bytes>>().await.concat()),
+                Err(e) => {
+                    assert!(matches!(e, CallbackError::NoPreviousRun(_)), "{e}");
+                    None
+                }
+            }
+        }
+    };
+    a.status(&StatusReport::new(RunnerState::Running))
+        .await
+        .expect("running");
+    a.logs(futures::stream::iter([line(0, "first")]))
+        .await
+        .expect("logs");
+    assert_eq!(read(true).await, None, "no previous run yet");
+    let ended = neocloud_protocol::Termination::new(3, chrono::Utc::now(), chrono::Utc::now());
+    let backoff = StatusReport {
+        exit_code: Some(3),
+        last_termination: Some(ended),
+        backoff_seconds: Some(10),
+        ..StatusReport::new(RunnerState::BackOff)
+    };
+    a.status(&backoff).await.expect("back-off");
+    assert_eq!(read(true).await.as_deref(), Some(&b"first\n"[..]));
+    let restarted = StatusReport {
+        restart_count: 1,
+        ..StatusReport::new(RunnerState::Running)
+    };
+    a.status(&restarted).await.expect("restarted");
+    a.logs(futures::stream::iter([line(1, "second")]))
+        .await
+        .expect("logs");
+    assert_eq!(read(true).await.as_deref(), Some(&b"first\n"[..]));
+    assert_eq!(read(false).await.as_deref(), Some(&b"second\n"[..]));
+    // Each report reached the node, the restart too (not taken for a repeat of `Running`).
+    let mut states = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let RunnerEventKind::State(report) = event.kind {
+            states.push((report.state, report.restart_count));
+        }
+    }
+    assert_eq!(
+        states,
+        [
+            (RunnerState::Running, 0),
+            (RunnerState::BackOff, 0),
+            (RunnerState::Running, 1)
+        ]
+    );
 }
 
 #[tokio::test]

@@ -353,9 +353,8 @@ async fn no_session_opens_once_the_runner_has_exited() {
     let rig = rig().await;
     let runner = rig.runner("uid-a", true).await;
     let report = StatusReport {
-        state: RunnerState::Exited,
         exit_code: Some(0),
-        message: None,
+        ..StatusReport::new(RunnerState::Exited)
     };
     runner.client.status(&report).await.expect("report");
     let err = (rig

@@ -42,6 +42,8 @@ struct Entry {
     last_seen: Option<Instant>,
     /// What the runner last said it is doing (by report, or with a heartbeat).
     state: Option<RunnerState>,
+    /// The restart count of its last report.
+    restarts: u32,
     /// Adopted after a restart, and its runner has not called in since.
     awaited: bool,
     lost: bool,
@@ -60,6 +62,7 @@ impl Entry {
             logs: Arc::new(logs),
             last_seen: None,
             state: None,
+            restarts: 0,
             awaited: false,
             lost: false,
             exited: false,
@@ -192,13 +195,18 @@ impl CallbackHandle {
         self.0.sessions.forget(uid);
     }
 
-    /// The binding's log as the kubelet's `/containerLogs` would serve it.
+    /// The binding's log as the kubelet's `/containerLogs` would serve it: the current run's,
+    /// or with `options.previous` the last run that ended before a restart in place
+    /// ([`CallbackError::NoPreviousRun`] when there is none).
     pub fn read_logs(
         &self,
         uid: &str,
         options: LogOptions,
     ) -> Result<BoxStream<'static, Bytes>, CallbackError> {
-        Ok(self.0.logs(uid)?.read(options))
+        self.0
+            .logs(uid)?
+            .read(options)
+            .ok_or_else(|| CallbackError::NoPreviousRun(uid.to_owned()))
     }
 
     /// What the binding's workload used when its runner last said, if it has.
@@ -359,8 +367,10 @@ impl State {
         rental: u64,
         state: Option<RunnerState>,
     ) -> Result<(), CallbackError> {
+        // `BackOff` says too little without its report (how the run ended), which follows.
+        let told = |s: RunnerState| !matches!(s, RunnerState::Exited | RunnerState::BackOff);
         let news = self.touch(uid, rental, |entry| match state {
-            Some(s) if s != RunnerState::Exited && rank(Some(s)) > rank(entry.state) => {
+            Some(s) if told(s) && rank(Some(s)) > rank(entry.state) => {
                 entry.state = Some(s);
                 Some(s)
             }
@@ -368,9 +378,8 @@ impl State {
         })?;
         if let Some(state) = news {
             let report = StatusReport {
-                state,
-                exit_code: None,
                 message: Some("told with a heartbeat".into()),
+                ..StatusReport::new(state)
             };
             self.emit(uid, rental, RunnerEventKind::State(report)).await;
         }
@@ -378,7 +387,9 @@ impl State {
     }
 
     /// A state report. A repeat of the state already known (a runner retrying a report whose
-    /// answer it lost, as across a leader change) is a sign of life and no news.
+    /// answer it lost, as across a leader change) is a sign of life and no news. A restart in
+    /// place moves the log on to a new run (`Running` with a higher restart count), and a run
+    /// that ended waiting for its restart (`BackOff`) becomes the previous one.
     pub async fn report(
         &self,
         uid: &str,
@@ -387,11 +398,18 @@ impl State {
     ) -> Result<(), CallbackError> {
         let exited = report.state == RunnerState::Exited;
         let (logs, repeat) = self.touch(uid, rental, |entry| {
-            let repeat = entry.state == Some(report.state);
+            let repeat =
+                entry.state == Some(report.state) && entry.restarts == report.restart_count;
             entry.exited |= exited;
             entry.state = Some(report.state);
+            entry.restarts = report.restart_count;
             (entry.logs.clone(), repeat)
         })?;
+        match report.state {
+            RunnerState::Running => logs.start_run(report.restart_count),
+            RunnerState::BackOff => logs.end_run(report.restart_count),
+            RunnerState::Starting | RunnerState::Exited => {}
+        }
         if exited {
             logs.close();
             self.sessions.fail(uid, || CallbackError::RunnerGone {
@@ -500,7 +518,7 @@ fn rank(state: Option<RunnerState>) -> u8 {
     match state {
         None => 0,
         Some(RunnerState::Starting) => 1,
-        Some(RunnerState::Running) => 2,
+        Some(RunnerState::Running | RunnerState::BackOff) => 2,
         Some(RunnerState::Exited) => 3,
     }
 }

@@ -92,17 +92,6 @@ pub fn parse_query(
             reason: "at most one of sinceTime or sinceSeconds may be given",
         });
     }
-    if get("previous")
-        .map(|v| boolean("previous", v))
-        .transpose()?
-        == Some(true)
-    {
-        return Err(RequestError::Unsupported {
-            param: "previous",
-            value: "true".into(),
-            reason: "a virtual node keeps no logs of previous containers",
-        });
-    }
     check_stream(get("stream"))?;
     Ok(LogOptions {
         follow: flag(get("follow"), "follow")?,
@@ -116,6 +105,7 @@ pub fn parse_query(
             .map(to_usize),
         since_seconds: since_seconds.or(since_time),
         timestamps: flag(get("timestamps"), "timestamps")?,
+        previous: flag(get("previous"), "previous")?,
     })
 }
 

@@ -79,8 +79,10 @@ fn every_supported_parameter_reaches_the_options() {
             limit_bytes: Some(500),
             since_seconds: Some(60),
             timestamps: true,
+            previous: false,
         }
     );
+    assert!(query(&[("previous", "true")]).expect("options").previous);
 }
 
 #[test]
@@ -155,12 +157,7 @@ fn since_seconds_and_since_time_together_are_refused() {
 }
 
 #[test]
-fn previous_logs_and_a_single_stream_are_not_supported() {
-    let message = refused(&[("previous", "true")]);
-    assert!(
-        message.contains("previous=true is not supported"),
-        "{message}"
-    );
+fn a_single_stream_is_not_supported() {
     let message = refused(&[("stream", "Stderr")]);
     assert!(
         message.contains("stream=Stderr is not supported"),

@@ -69,6 +69,15 @@ pub enum LogError {
         /// What it waits for.
         reason: String,
     },
+    /// `previous=true` for a container that was never restarted in place (or whose instance
+    /// was replaced: the old machine's output went with it), worded as a kubelet's.
+    #[error("previous terminated container {container:?} in pod {pod:?} not found")]
+    NoPrevious {
+        /// The Pod's name.
+        pod: String,
+        /// The container.
+        container: String,
+    },
     /// The Pod runs without the node's runner, so there is nothing to enter.
     #[error(
         "{what} is not available for pod {pod}: it runs on {provider} without the node's runner"
@@ -118,6 +127,7 @@ impl LogError {
             Self::ContainerNotFound { .. }
             | Self::NoLogApi { .. }
             | Self::NotStarted { .. }
+            | Self::NoPrevious { .. }
             | Self::NoRunner { .. } => StatusCode::BAD_REQUEST,
             Self::Session { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::TooManySessions { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -388,16 +398,27 @@ impl LogSource for CallbackLogSource {
             container: container.to_owned(),
             reason,
         };
+        let no_previous = || LogError::NoPrevious {
+            pod: pod.name.clone(),
+            container: container.to_owned(),
+        };
         let Some(provider) = placement.provider.clone() else {
+            if opts.previous {
+                return Err(no_previous());
+            }
             return Err(waiting("the pod is not placed on a cloud yet".into()));
         };
         let callback = match &self.callback {
             Some(callback) if self.run_by_runner(&placement) => callback,
+            // The provider's log is of the one instance: a replaced one's went with it.
+            _ if opts.previous => return Err(no_previous()),
             _ => return self.provider_log(pod, &placement, &provider, opts).await,
         };
         callback
             .read_logs(&placement.uid, opts)
             .map_err(|e| match e {
+                CallbackError::NotRegistered(_) if opts.previous => no_previous(),
+                CallbackError::NoPreviousRun(_) => no_previous(),
                 CallbackError::NotRegistered(_) => {
                     waiting(format!("the runner on {provider} has not been set up yet"))
                 }
