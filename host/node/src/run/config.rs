@@ -556,6 +556,14 @@ mod tests {
                 "watchNamespaces: [] names no namespace",
             ),
             (
+                "clusterId: p\nnode: {name: n}\nfake: {workloadSeconds: 0}\n",
+                "fake.workloadSeconds: 0 must be at least 1",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nfake: {runSeconds: 5}\n",
+                "unknown field `runSeconds`",
+            ),
+            (
                 "clusterId: p\nnode: {name: n}\nwatchNamespaces: [team-a, Team_B]\n",
                 "watchNamespaces: \"Team_B\" is not a namespace name",
             ),
