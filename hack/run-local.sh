@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # make run-local: the whole product on this machine with one command. Builds what is missing
-# (the control plane from the Go module proxy, the three Rust binaries), starts the local control
-# plane, the cloud simulators and the node, applies the sample Pods and policies, and shows a
-# live summary of Pods, bindings, spend and decisions until interrupted (Ctrl-C stops it all).
+# (the control plane from the Go module proxy, the four Rust binaries), starts the local control
+# plane, the cloud simulators (which run the runner for each instance, as a VM or container
+# would) and the node, applies the sample Pods and policies, and shows a live summary of Pods,
+# bindings, spend and decisions until interrupted (Ctrl-C stops it all).
 #
 #   NEOCLOUD_LOCAL_DIR   where logs and state go (default ~/.cache/neocloud-local)
-#   NEOCLOUD_LOCAL_ONCE  print one summary and stop (used by tests)
+#   NEOCLOUD_LOCAL_ONCE  print one summary, check what the Quickstart shows (kubectl logs, exec
+#                        and its exit code, port-forward, the fake sample Succeeded), and stop;
+#                        exits non-zero naming what failed (CI runs this)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 dir=${NEOCLOUD_LOCAL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/neocloud-local}
@@ -35,8 +38,8 @@ bash hack/testenv/build.sh >/dev/null
 bin=$(bash hack/testenv/build.sh --print)
 kubectl="$bin/kubectl"
 
-step "building neocloud-node, neocloud-cloudsim and neocloud-testenv (first run: several minutes)"
-cargo build -p neocloud-node -p neocloud-cloudsim -p neocloud-testenv --bins
+step "building neocloud-node, neocloud-cloudsim, neocloud-runner and neocloud-testenv (first run: several minutes)"
+cargo build -p neocloud-node -p neocloud-cloudsim -p neocloud-runner -p neocloud-testenv --bins
 target=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 
@@ -54,7 +57,9 @@ export KUBECONFIG
 KUBECONFIG=$(cat "$dir/kubeconfig.path")
 
 step "starting the cloud simulators on 127.0.0.1:18081-18083 (logs: $dir/cloudsim.log)"
-"$target/debug/neocloud-cloudsim" --config hack/local/cloudsim.yaml >"$dir/cloudsim.log" 2>&1 &
+# They run `neocloud-runner` from PATH for each instance: the one just built.
+PATH="$target/debug:$PATH" \
+  "$target/debug/neocloud-cloudsim" --config hack/local/cloudsim.yaml >"$dir/cloudsim.log" 2>&1 &
 pids+=($!)
 
 step "starting the node (logs: $dir/node.log; metrics: http://127.0.0.1:18080/metrics)"
@@ -87,8 +92,11 @@ done
 cat >&2 <<MSG
 
 The control plane, simulators and node are running. In another shell:
-  export KUBECONFIG=$KUBECONFIG
-  $kubectl get pods,cloudpodbindings -o wide
+  export KUBECONFIG=$KUBECONFIG PATH=$bin:\$PATH
+  kubectl get pods,cloudpodbindings -o wide
+  kubectl logs -f neocloud-node-vast-sample
+  kubectl exec -it neocloud-node-runpod-sample -- sh
+  kubectl port-forward pod/neocloud-node-vast-sample 18088 & curl http://127.0.0.1:18088/
 Ctrl-C stops everything.
 MSG
 
@@ -100,10 +108,51 @@ summary() {
   "$kubectl" get events --field-selector reason=Rented -o custom-columns=POD:.involvedObject.name,DECISION:.message --no-headers 2>/dev/null |
     cut -c1-160 | tail -n 5
 }
+# Polls `what` (a command) up to `seconds` times, a second apart, until its output contains
+# `want`; prints the last output.
+until_contains() {
+  local seconds=$1 want=$2 out=""
+  shift 2
+  for _ in $(seq 1 "$seconds"); do
+    out=$("$@" 2>&1 || true)
+    case "$out" in *"$want"*) break ;; esac
+    sleep 1
+  done
+  printf '%s' "$out"
+}
+
+# What the Quickstart shows, on the samples the runner runs: fails naming the command.
+check_quickstart() {
+  local vast=neocloud-node-vast-sample runpod=neocloud-node-runpod-sample out code=0
+  out=$(until_contains 30 "Serving HTTP on 127.0.0.1 port 18088" "$kubectl" logs "$vast")
+  case "$out" in *"Serving HTTP on 127.0.0.1 port 18088"*) ;; *) fail "kubectl logs $vast: $out" ;; esac
+  printf 'kubectl logs %s: %s\n' "$vast" "$(printf '%s\n' "$out" | head -n 1)"
+
+  out=$("$kubectl" exec "$runpod" -- sh -c 'echo "hello from the runner"; exit 3' 2>&1) || code=$?
+  case "$code:$out" in 3:*"hello from the runner"*) ;;
+    *) fail "kubectl exec $runpod: exit code $code (want 3): $out" ;; esac
+  printf 'kubectl exec %s: exit code %s\n' "$runpod" "$code"
+
+  "$kubectl" port-forward "pod/$vast" 18089:18088 >"$dir/port-forward.log" 2>&1 &
+  local forward=$!
+  pids+=("$forward")
+  out=$(until_contains 30 "Directory listing" curl -fsS --max-time 10 http://127.0.0.1:18089/)
+  kill "$forward" 2>/dev/null || true
+  case "$out" in *"Directory listing"*) ;;
+    *) fail "GET http://127.0.0.1:18089/ through kubectl port-forward: $out $(cat "$dir/port-forward.log")" ;; esac
+  printf 'kubectl port-forward %s: GET / answered\n' "$vast"
+
+  out=$(until_contains 90 Succeeded "$kubectl" get pod neocloud-node-fake-smoke -o 'jsonpath={.status.phase}')
+  [ "$out" = Succeeded ] || fail "the fake sample is ${out:-unknown}, not Succeeded (see $dir/node.log)"
+  printf 'neocloud-node-fake-smoke: %s\n' "$out"
+}
+
 if [ -n "${NEOCLOUD_LOCAL_ONCE:-}" ]; then
-  for _ in $(seq 1 90); do
-    running=$("$kubectl" get pods --no-headers 2>/dev/null | grep -c ' Running ' || true)
-    [ "$running" -ge 4 ] && break
+  # The three cloud samples Running (the fake one may have completed already).
+  clouds=(neocloud-node-runpod-sample neocloud-node-lambda-sample neocloud-node-vast-sample)
+  for _ in $(seq 1 120); do
+    running=$("$kubectl" get pods "${clouds[@]}" --no-headers 2>/dev/null | grep -c ' Running ' || true)
+    [ "$running" -ge 3 ] && break
     sleep 1
   done
   summary
@@ -112,7 +161,8 @@ if [ -n "${NEOCLOUD_LOCAL_ONCE:-}" ]; then
   case "$loaded" in *"reliable-per-dollar=true"*"memory-per-dollar=true"*|*"memory-per-dollar=true"*"reliable-per-dollar=true"*) ;;
     *) fail "the sample policies did not both load: $loaded" ;;
   esac
-  [ "$running" -ge 4 ] || fail "only $running of the 4 sample Pods are Running after 90 s (see $dir/node.log)"
+  [ "$running" -ge 3 ] || fail "only $running of the 3 cloud sample Pods are Running after 120 s (see $dir/node.log)"
+  check_quickstart
   exit 0
 fi
 while true; do

@@ -47,7 +47,9 @@ impl CloudSim {
     }
 }
 
-/// Starts the simulators, logs their base URLs, and serves until Ctrl-C.
+/// Starts the simulators, logs their base URLs, and serves until Ctrl-C or SIGTERM (how
+/// `make run-local` stops it); either drops them, and with them the runners they started and
+/// whatever those run.
 pub async fn serve(config: CloudSimConfig) -> Result<(), SimError> {
     let sim = CloudSim::start(config).await?;
     tracing::info!(
@@ -56,8 +58,26 @@ pub async fn serve(config: CloudSimConfig) -> Result<(), SimError> {
         vast = %sim.vast.base_url(),
         "cloud simulators ready"
     );
-    if let Err(error) = tokio::signal::ctrl_c().await {
-        tracing::warn!(%error, "failed to wait for ctrl-c; stopping simulators");
+    let mut terminate = match tokio::signal::unix::signal(
+        tokio::signal::unix::SignalKind::terminate(),
+    ) {
+        Ok(signal) => Some(signal),
+        Err(error) => {
+            tracing::warn!(%error, "failed to listen for SIGTERM; only ctrl-c stops the simulators");
+            None
+        }
+    };
+    let term = async {
+        match terminate.as_mut() {
+            Some(signal) => signal.recv().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        stopped = tokio::signal::ctrl_c() => if let Err(error) = stopped {
+            tracing::warn!(%error, "failed to wait for ctrl-c; stopping simulators");
+        },
+        _ = term => tracing::info!("SIGTERM; stopping the simulators"),
     }
     drop(sim);
     Ok(())

@@ -23,7 +23,8 @@ use neocloud_node::callback::{
     CallbackConfig, CallbackServer, LogRecord, LogStream, RunnerEvent, TlsMaterial, Workload,
 };
 use neocloud_node::kubelet::{
-    CallbackLogSource, KubeAccessReview, KubeletConfig, KubeletServer, PodPlacement,
+    CallbackLogSource, KubeAccessReview, KubeletConfig, KubeletServer, NO_RUNNER_CONFIGURED,
+    PodPlacement,
 };
 use neocloud_node::vnode::{Health, Heartbeat, NodeConfig};
 use neocloud_runner::CallbackClient;
@@ -68,6 +69,12 @@ fn healthy() -> Health {
 
 impl Rig {
     async fn new(test: &str) -> Rig {
+        Rig::start(test, true).await
+    }
+
+    /// A node whose kubelet API reads the runner callback's logs of Lambda Pods (`runner`), or
+    /// has no runner at all (its callback still serves nothing but is unused).
+    async fn start(test: &str, runner: bool) -> Rig {
         let _ = tracing_subscriber::fmt()
             .with_env_filter("neocloud_node=debug,warn")
             .with_test_writer()
@@ -91,7 +98,13 @@ impl Rig {
                 placements.lock().unwrap().get(&key).cloned()
             })
         };
-        let source = CallbackLogSource::new(lookup, Some(callback.handle()), ["lambda".to_owned()]);
+        let source = if runner {
+            CallbackLogSource::new(lookup, Some(callback.handle()), ["lambda".to_owned()])
+        } else {
+            let clouds = ["lambda", "runpod", "vast"].map(str::to_owned);
+            CallbackLogSource::new(lookup, None, Vec::<String>::new())
+                .with_runnerless_providers(clouds)
+        };
         let mut config = KubeletConfig::new(&node);
         config.listen = loopback;
         config.client_ca_pem = Some(ctx.control_plane.ca_pem());
@@ -610,4 +623,150 @@ async fn get_on_nodes_proxy_reads_logs_but_only_create_opens_exec_attach_or_port
             assert_eq!(status, 101, "{method} {path} with create nodes/proxy");
         }
     }
+}
+
+/// A `metav1.Status` body's code, reason and message.
+fn status_of(body: &str) -> (i64, String, String) {
+    let status: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not a Status ({e}): {body}"));
+    assert_eq!(status["kind"], "Status", "{body}");
+    assert_eq!(status["status"], "Failure", "{body}");
+    let text = |key: &str| status[key].as_str().unwrap_or_default().to_owned();
+    (
+        status["code"].as_i64().unwrap_or(0),
+        text("reason"),
+        text("message"),
+    )
+}
+
+/// `kubectl exec POD -- true` in the test's namespace: whether it failed, and its stderr.
+async fn kubectl_exec(rig: &Rig, pod: &str) -> (bool, String) {
+    let mut cmd = rig.ctx.control_plane.kubectl();
+    cmd.args(["-n", &rig.ctx.namespace, "exec", pod, "--", "true"]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (!out.status.success(), stderr)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_runner_logs_and_streams_say_so_and_streams_are_refused_with_their_status() {
+    let rig = Rig::start("kubelet-norunner", false).await;
+    rig.pod("train", Some("lambda")).await;
+    let ns = rig.ctx.namespace.clone();
+
+    // kubectl logs: the missing runner, not the provider, is named.
+    let e = rig.pods.logs("train", &main_container()).await;
+    let message = e.expect_err("no runner").to_string();
+    let pod = format!("pod {ns}/train");
+    assert!(
+        message.contains(&format!(
+            "logs are not available for {pod}: {NO_RUNNER_CONFIGURED}"
+        )),
+        "{message}"
+    );
+
+    // Streams straight to the kubelet API: each refusal is a Status with its own code.
+    let admin = rig
+        .ctx
+        .control_plane
+        .client_cert("kubelet-test-admin", &["system:masters"])
+        .unwrap();
+    let exec = "v4.channel.k8s.io";
+    let cases = [
+        (
+            format!("/exec/{ns}/train/main?command=true&output=1"),
+            exec,
+            503,
+            "ServiceUnavailable",
+            format!("exec is not available for {pod}: {NO_RUNNER_CONFIGURED}"),
+        ),
+        (
+            format!("/attach/{ns}/train/main?output=1"),
+            exec,
+            503,
+            "ServiceUnavailable",
+            format!("attach is not available for {pod}: {NO_RUNNER_CONFIGURED}"),
+        ),
+        (
+            format!("/portForward/{ns}/train"),
+            "portforward.k8s.io",
+            503,
+            "ServiceUnavailable",
+            format!("port-forward is not available for {pod}: {NO_RUNNER_CONFIGURED}"),
+        ),
+        (
+            format!("/exec/{ns}/absent/main?command=true&output=1"),
+            exec,
+            404,
+            "NotFound",
+            format!("pod {ns}/absent does not exist on this node"),
+        ),
+        (
+            format!("/exec/{ns}/train/sidecar?command=true&output=1"),
+            exec,
+            404,
+            "NotFound",
+            format!("container \"sidecar\" is not valid for {pod}"),
+        ),
+        (
+            format!("/exec/{ns}/train/main?output=1"),
+            exec,
+            400,
+            "BadRequest",
+            "you must specify at least one command for the container".to_owned(),
+        ),
+        (
+            format!("/exec/{ns}/train/main?command=true&output=1"),
+            "v1.channel.k8s.io",
+            403,
+            "Forbidden",
+            "unable to negotiate protocol".to_owned(),
+        ),
+    ];
+    for (path, protocol, code, reason, words) in cases {
+        let response = rig
+            .direct(Some(&admin))
+            .post(rig.kubelet_url(&path))
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "SPDY/3.1")
+            .header("X-Stream-Protocol-Version", protocol)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), code, "{path}");
+        let body = response.text().await.unwrap();
+        let (status, got_reason, message) = status_of(&body);
+        assert_eq!(
+            (status, got_reason.as_str()),
+            (code as i64, reason),
+            "{path}: {body}"
+        );
+        assert!(message.contains(&words), "{path}: {message}");
+    }
+    // A caller without `create` on nodes/proxy.
+    let token = service_account_token(&rig.ctx, "reader").await;
+    let path = format!("/exec/{ns}/train/main?command=true&output=1");
+    let (code, body) = open_stream(&rig, &token, reqwest::Method::POST, &path, exec).await;
+    assert_eq!(code, 403, "{body}");
+    let (_, reason, message) = status_of(&body);
+    assert_eq!(reason, "Forbidden");
+    assert!(message.contains("subresource=proxy"), "{message}");
+
+    // What kubectl shows through the API server: the reason, never an internal error.
+    let (failed, stderr) = kubectl_exec(&rig, "train").await;
+    assert!(failed, "{stderr}");
+    assert!(stderr.contains(NO_RUNNER_CONFIGURED), "{stderr}");
+    assert!(!stderr.contains("Internal error"), "{stderr}");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "elsewhere"},
+        "spec": {"nodeName": rig.node, "containers": [{"name": "main", "image": "x"}]}
+    }))
+    .unwrap();
+    rig.pods.create(&PostParams::default(), &pod).await.unwrap();
+    let (failed, stderr) = kubectl_exec(&rig, "elsewhere").await;
+    assert!(failed, "{stderr}");
+    assert!(stderr.contains("does not exist on this node"), "{stderr}");
+    assert!(!stderr.contains("Internal error"), "{stderr}");
 }

@@ -2,6 +2,10 @@
 //! capacity per GPU model, injected failures, and instances that keep the Provider contract
 //! (idempotent create by name, idempotent delete, paginated listing).
 //!
+//! It runs nothing: an instance's workload runs until the instance is deleted, or, with a
+//! workload run time ([`FakeProvider::set_workload_run_time`]), ends that long after it started
+//! with exit code 0, as a command that completed would.
+//!
 //! Not a simulator of any real API's wire format (that is `neocloud-cloudsim`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -33,6 +37,10 @@ struct FakeState {
     create_failures: VecDeque<FailureClass>,
     list_failures: VecDeque<FailureClass>,
     list_delay: Option<Duration>,
+    /// How long each workload runs before it ends with exit code 0; `None`: until deleted.
+    workload_run_time: Option<Duration>,
+    /// When each instance's workload ends, by instance number (with a run time set).
+    ends_at: HashMap<u64, tokio::time::Instant>,
     healthy: bool,
     instances: BTreeMap<u64, InstanceState>,
     next_id: u64,
@@ -134,6 +142,14 @@ impl FakeProvider {
         self.state.lock().list_delay = delay;
     }
 
+    /// Makes the workload of every instance created from now on end `run_time` after it
+    /// started, with exit code 0: the instance is then `Stopped` with that exit code, as a
+    /// cloud reports a container whose command completed. `None` (the default): workloads run
+    /// until their instance is deleted.
+    pub fn set_workload_run_time(&self, run_time: Option<Duration>) {
+        self.state.lock().workload_run_time = run_time;
+    }
+
     /// Makes `health` fail with an auth error when `false`.
     pub fn set_healthy(&self, healthy: bool) {
         self.state.lock().healthy = healthy;
@@ -205,7 +221,35 @@ impl FakeState {
             exit_code: None,
         };
         self.instances.insert(n, instance.clone());
+        if let Some(run_time) = self.workload_run_time {
+            self.ends_at
+                .insert(n, tokio::time::Instant::now() + run_time);
+        }
         instance
+    }
+
+    /// Ends the workloads whose run time has passed: their instances stop with exit code 0.
+    fn end_workloads(&mut self) {
+        if self.ends_at.is_empty() {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let ended: Vec<u64> = self
+            .ends_at
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(n, _)| *n)
+            .collect();
+        for n in ended {
+            self.ends_at.remove(&n);
+            if let Some(instance) = self.instances.get_mut(&n)
+                && instance.phase == InstancePhase::Running
+            {
+                instance.phase = InstancePhase::Stopped;
+                instance.provider_status = "exited".to_owned();
+                instance.exit_code = Some(0);
+            }
+        }
     }
 
     /// One page of our instances after id `after`.
@@ -287,7 +331,8 @@ impl Provider for FakeProvider {
     }
 
     async fn get(&self, id: &str) -> Result<Option<InstanceState>, ProviderError> {
-        let state = self.state.lock();
+        let mut state = self.state.lock();
+        state.end_workloads();
         Ok(parse_id(id)
             .and_then(|n| state.instances.get(&n))
             .filter(|i| i.id == id)
@@ -298,12 +343,15 @@ impl Provider for FakeProvider {
         &self,
         external_name: &str,
     ) -> Result<Option<InstanceState>, ProviderError> {
-        Ok(self.state.lock().find_live(external_name).cloned())
+        let mut state = self.state.lock();
+        state.end_workloads();
+        Ok(state.find_live(external_name).cloned())
     }
 
     async fn list_ours(&self, prefix: &str) -> Result<Vec<InstanceState>, ProviderError> {
         let mut all = Vec::new();
         let mut after = 0;
+        self.state.lock().end_workloads();
         loop {
             let (page, next) = self.state.lock().page(prefix, after);
             all.extend(page);
@@ -318,6 +366,7 @@ impl Provider for FakeProvider {
         let mut state = self.state.lock();
         state.calls.delete += 1;
         let Some(n) = parse_id(id) else { return Ok(()) };
+        state.ends_at.remove(&n);
         if let Some(instance) = state.instances.remove(&n)
             && let Some(left) = state.capacity.get_mut(instance.gpu.name())
         {

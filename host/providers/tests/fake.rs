@@ -253,3 +253,35 @@ async fn the_sample_market_offers_four_single_gpu_offers_in_fake_1() {
     );
     assert_eq!(fake.id(), ProviderId::Fake);
 }
+
+#[tokio::test]
+async fn with_a_run_time_a_workload_ends_with_exit_code_0_and_without_one_it_runs_on() {
+    use neocloud_core::InstancePhase;
+    use std::time::Duration;
+    let fake = fake_with(vec![offer("o1", "A40")]);
+    let create = async |name: &str| {
+        let created = fake.create(&request(name, &offer("o1", "A40"))).await;
+        created.unwrap().id
+    };
+    let state = async |id: &str| {
+        let got = fake.get(id).await.unwrap().expect("the instance exists");
+        (got.phase, got.exit_code)
+    };
+    let forever = create("nc-0").await;
+    fake.set_workload_run_time(Some(Duration::from_secs(3600)));
+    let long = create("nc-1").await;
+    fake.set_workload_run_time(Some(Duration::ZERO));
+    let done = create("nc-2").await;
+    assert_eq!(state(&done).await, (InstancePhase::Stopped, Some(0)));
+    let listed = fake.list_ours("nc-").await.unwrap();
+    let ended = listed.iter().find(|i| i.id == done).expect("still listed");
+    assert_eq!(
+        (ended.provider_status.as_str(), ended.exit_code),
+        ("exited", Some(0))
+    );
+    // Within its run time, and without one (created before it was set), it runs.
+    assert_eq!(state(&long).await, (InstancePhase::Running, None));
+    assert_eq!(state(&forever).await, (InstancePhase::Running, None));
+    fake.delete(&done).await.unwrap();
+    assert!(fake.get(&done).await.unwrap().is_none());
+}

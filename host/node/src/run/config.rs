@@ -48,6 +48,9 @@ pub struct RunConfig {
     /// How often provider health is checked, seconds.
     #[serde(default = "default_health_seconds")]
     pub health_interval_seconds: u64,
+    /// The fake provider's workloads.
+    #[serde(default)]
+    pub fake: FakeSettings,
     /// The VM runner for Lambda Cloud. Without it a Lambda Pod is Running once its VM is.
     #[serde(default)]
     pub runner: Option<super::vm::RunnerSettings>,
@@ -73,6 +76,17 @@ pub struct RunConfig {
     /// `remoteClusters` by themselves (see docs/REMOTE-CLUSTERS.md).
     #[serde(default)]
     pub nvke: Option<neocloud_kube_target::NvkeDiscovery>,
+}
+
+/// The `fake:` section: how the in-process fake cloud (provider `fake`) treats workloads.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FakeSettings {
+    /// The fake runs nothing; with this, each workload ends this many seconds after its
+    /// instance started, with exit code 0 (a Pod with `restartPolicy: Never` then Succeeds).
+    /// Unset: workloads run until their Pod is deleted.
+    #[serde(default)]
+    pub workload_seconds: Option<u64>,
 }
 
 /// The `spend:` section.
@@ -326,6 +340,11 @@ impl RunConfig {
         if self.health_interval_seconds == 0 {
             bail!("healthIntervalSeconds: 0 must be at least 1");
         }
+        if self.fake.workload_seconds == Some(0) {
+            bail!(
+                "fake.workloadSeconds: 0 must be at least 1 (unset: workloads run until deleted)"
+            );
+        }
         if let Some(runner) = &self.runner {
             runner.check()?;
         }
@@ -535,6 +554,14 @@ mod tests {
             (
                 "clusterId: p\nnode: {name: n}\nwatchNamespaces: []\n",
                 "watchNamespaces: [] names no namespace",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nfake: {workloadSeconds: 0}\n",
+                "fake.workloadSeconds: 0 must be at least 1",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\nfake: {runSeconds: 5}\n",
+                "unknown field `runSeconds`",
             ),
             (
                 "clusterId: p\nnode: {name: n}\nwatchNamespaces: [team-a, Team_B]\n",

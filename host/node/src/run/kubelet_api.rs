@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::callback::TlsMaterial;
 use futures::StreamExt as _;
+use neocloud_core::ProviderId;
 use neocloud_providers::LogRequest;
 
 use crate::callback::{LogOptions, SessionIo};
@@ -193,6 +194,8 @@ impl KubeletApiSettings {
                 })
                 .unwrap_or_default(),
         )
+        .with_runnerless_providers(runnerless(runners.is_some()))
+        .with_session_providers([ProviderId::Kube.as_str().to_owned()])
         .with_lister(lister)
         .with_provider_logs(provider_logs(Arc::clone(reconciler)))
         .with_provider_sessions(provider_sessions(Arc::clone(reconciler)))
@@ -207,6 +210,17 @@ impl KubeletApiSettings {
                 )
             })
     }
+}
+
+/// The clouds whose Pods only the node's runner gives logs and sessions, named in their
+/// refusals when the node has no `runner:` section (none when it has one).
+fn runnerless(has_runner: bool) -> Vec<String> {
+    if has_runner {
+        return Vec::new();
+    }
+    [ProviderId::Lambda, ProviderId::Runpod, ProviderId::Vast]
+        .map(|p| p.as_str().to_owned())
+        .to_vec()
 }
 
 /// Pods and their providers from the reconciler's caches.

@@ -117,6 +117,12 @@ pub(super) async fn start(cfg: &RunConfig) -> anyhow::Result<Started> {
             ProviderId::Kube => {
                 built.push(remote_clusters(cfg, &client).await? as Arc<dyn Provider>)
             }
+            ProviderId::Fake => {
+                let fake = FakeProvider::sample_market();
+                let seconds = cfg.fake.workload_seconds;
+                fake.set_workload_run_time(seconds.map(Duration::from_secs));
+                built.push(Arc::new(fake) as Arc<dyn Provider>)
+            }
             other => built.extend(providers_from_env(std::slice::from_ref(other))?),
         }
     }

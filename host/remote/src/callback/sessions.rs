@@ -303,6 +303,14 @@ impl<G: Unpin> AsyncWrite for Holding<G> {
 }
 
 impl CallbackHandle {
+    /// Whether the runner of binding `uid` can be asked for a session now: the binding is
+    /// registered and its runner has neither exited nor been lost. What
+    /// [`open_session`](Self::open_session) checks first, without offering anything, so that
+    /// a caller can refuse a request before committing to it. Read-only.
+    pub fn session_ready(&self, uid: &str) -> Result<(), CallbackError> {
+        self.0.can_open_session(uid).map(|_| ())
+    }
+
     /// Asks the runner of binding `uid` to open `request`; resolves with the connection once
     /// the runner has dialled back. Fails at once when the binding is not registered, its
     /// runner has exited or was lost, or it has [`max_sessions_per_binding`] sessions; fails

@@ -56,8 +56,8 @@ pub use request::RequestError;
 pub use server::KubeletServer;
 pub use slots::DEFAULT_MAX_SESSIONS_PER_POD;
 pub use source::{
-    CallbackLogSource, LogError, LogSource, PodLister, PodLookup, PodPlacement, PodRef, PodUsage,
-    ProviderLogs, ProviderSessions,
+    CallbackLogSource, LogError, LogSource, NO_RUNNER_CONFIGURED, PodLister, PodLookup,
+    PodPlacement, PodRef, PodUsage, ProviderLogs, ProviderSessions,
 };
 
 use crate::tls::TlsError;

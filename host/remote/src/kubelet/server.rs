@@ -204,17 +204,21 @@ async fn container_logs(
     );
     // A stream into a Pod needs `create`, whatever the method; logs need the method's verb.
     let needed = proxy_verb(&method, uri.path());
+    let stream = streams::parse_stream_path(uri.path());
     let user = match app.admit(&peer, needed, &headers, "proxy").await {
         Ok(user) => user,
         Err(refusal) => {
             tracing::debug!(peer = %peer.addr, path = uri.path(), %refusal, "kubelet: refused");
-            return text(refusal.status(), refusal.to_string());
+            return match stream {
+                Some(_) => streams::refused(refusal.status(), &refusal.to_string()),
+                None => text(refusal.status(), refusal.to_string()),
+            };
         }
     };
-    if let Some(target) = streams::parse_stream_path(uri.path()) {
+    if let Some(target) = stream {
         return match target {
             Ok(target) => app.serve_stream(&user, target, request).await,
-            Err(e) => text(StatusCode::NOT_FOUND, e.to_string()),
+            Err(e) => streams::refused(StatusCode::NOT_FOUND, &e.to_string()),
         };
     }
     match app.serve_logs(&user, &method, &uri).await {
@@ -296,9 +300,12 @@ impl App {
     }
 
     /// Checks a streaming request and answers 101 with the SPDY connection served in the
-    /// background, or refuses it with the kubelet's status and words. What the request opens
-    /// (a runner session, the workload's output) is opened once the client's streams are
-    /// there, and a failure to open it is reported on the error stream, as a kubelet reports a
+    /// background, or refuses it with a `metav1.Status` of the kubelet's status and words
+    /// ([`streams::refused`]): a bad request, an unknown Pod or container, a Pod not placed, a
+    /// node without a runner, a runner gone ([`LogSource::check_session`]), so that kubectl
+    /// shows the refusal as it is rather than as an internal error. What the request opens (a
+    /// runner session, the workload's output) is opened once the client's streams are there,
+    /// and a failure to open it then is reported on the error stream, as a kubelet reports a
     /// runtime's failure.
     async fn serve_stream(
         &self,
@@ -308,7 +315,9 @@ impl App {
     ) -> Response {
         let pairs = match Query::<Vec<(String, String)>>::try_from_uri(request.uri()) {
             Ok(pairs) => pairs.0,
-            Err(e) => return text(StatusCode::BAD_REQUEST, format!("invalid query: {e}")),
+            Err(e) => {
+                return streams::refused(StatusCode::BAD_REQUEST, &format!("invalid query: {e}"));
+            }
         };
         let protocols = match target {
             StreamTarget::PortForward(_) => streams::PORT_FORWARD_PROTOCOLS,
@@ -316,15 +325,15 @@ impl App {
         };
         let protocol = match streams::negotiate(request.headers(), protocols) {
             Ok(protocol) => protocol,
-            Err((status, message)) => return text(status, message),
+            Err((status, message)) => return streams::refused(status, &message),
         };
         let Some(upgrade) = request
             .extensions_mut()
             .remove::<hyper::upgrade::OnUpgrade>()
         else {
-            return text(
+            return streams::refused(
                 StatusCode::BAD_REQUEST,
-                "unable to upgrade: the connection cannot be upgraded".into(),
+                "unable to upgrade: the connection cannot be upgraded",
             );
         };
         tracing::debug!(user = user.name, ?target, protocol, "kubelet: streaming");
@@ -333,8 +342,11 @@ impl App {
             StreamTarget::Exec(pod, container) => {
                 let options = match ExecOptions::parse(&pairs, true) {
                     Ok(options) => options,
-                    Err(message) => return text(StatusCode::BAD_REQUEST, message),
+                    Err(message) => return streams::refused(StatusCode::BAD_REQUEST, &message),
                 };
+                if let Err(e) = self.source.check_session(&pod, Some(&container), "exec") {
+                    return streams::refused(e.stream_status(), &e.to_string());
+                }
                 let request = SessionRequest::Exec {
                     command: options.command.clone(),
                     tty: options.tty,
@@ -350,8 +362,11 @@ impl App {
             StreamTarget::Attach(pod, container) => {
                 let options = match ExecOptions::parse(&pairs, false) {
                     Ok(options) => options,
-                    Err(message) => return text(StatusCode::BAD_REQUEST, message),
+                    Err(message) => return streams::refused(StatusCode::BAD_REQUEST, &message),
                 };
+                if let Err(e) = self.source.check_session(&pod, Some(&container), "attach") {
+                    return streams::refused(e.stream_status(), &e.to_string());
+                }
                 let follow = crate::callback::LogOptions {
                     follow: true,
                     tail_lines: Some(0),
@@ -362,6 +377,9 @@ impl App {
                 Box::new(move |conn| Box::pin(streams::serve_attach(conn, open, options)))
             }
             StreamTarget::PortForward(pod) => {
+                if let Err(e) = self.source.check_session(&pod, None, "port-forward") {
+                    return streams::refused(e.stream_status(), &e.to_string());
+                }
                 let source = self.source.clone();
                 Box::new(move |conn| Box::pin(streams::serve_port_forward(conn, source, pod)))
             }

@@ -78,6 +78,15 @@ pub enum LogError {
         /// The container.
         container: String,
     },
+    /// The Pod's provider gives logs and sessions only through the node's runner, and this
+    /// node has no `runner:` section: the cause is the node's configuration, not the provider.
+    #[error("{what} {verb} not available for pod {pod}: {why}", verb = be(.what), why = NO_RUNNER_CONFIGURED)]
+    NoRunnerConfigured {
+        /// The Pod.
+        pod: PodRef,
+        /// What was asked: `logs`, `exec`, `attach` or `port-forward`.
+        what: &'static str,
+    },
     /// The Pod runs without the node's runner, so there is nothing to enter.
     #[error(
         "{what} is not available for pod {pod}: it runs on {provider} without the node's runner"
@@ -117,10 +126,21 @@ pub enum LogError {
     },
 }
 
+/// Why a Pod on a cloud has no logs or sessions when the node has no `runner:` section, and
+/// where to read how to give it one.
+pub const NO_RUNNER_CONFIGURED: &str =
+    "no runner configured for this node; see docs/RUNNER.md for its `runner:` section";
+
+/// The verb `what` takes: "logs are", "exec is".
+fn be(what: &str) -> &'static str {
+    if what.ends_with('s') { "are" } else { "is" }
+}
+
 impl LogError {
-    /// The HTTP status the kubelet answers with. A provider without a log API is a 400, not a
-    /// 501: the API server hands a kubelet's 400 body to `kubectl` as the error message, while
-    /// it replaces the body of other statuses with a generic one.
+    /// The HTTP status the kubelet answers a log request with. A provider without a log API (or
+    /// a node without a runner) is a 400, not a 501: the API server hands a kubelet's 400 body
+    /// to `kubectl logs` as the error message, while it replaces the body of other statuses
+    /// with a generic one.
     pub fn status(&self) -> StatusCode {
         match self {
             Self::PodNotFound { .. } => StatusCode::NOT_FOUND,
@@ -128,10 +148,23 @@ impl LogError {
             | Self::NoLogApi { .. }
             | Self::NotStarted { .. }
             | Self::NoPrevious { .. }
+            | Self::NoRunnerConfigured { .. }
             | Self::NoRunner { .. } => StatusCode::BAD_REQUEST,
             Self::Session { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::TooManySessions { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The HTTP status an exec, attach or port-forward is refused with, before the upgrade. The
+    /// API server hands a refused upgrade's `metav1.Status` to kubectl whole (its code and
+    /// message), so these are the statuses' own meanings: an unknown Pod or container is a 404,
+    /// a node without a runner a 503.
+    pub fn stream_status(&self) -> StatusCode {
+        match self {
+            Self::PodNotFound { .. } | Self::ContainerNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::NoRunnerConfigured { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            other => other.status(),
         }
     }
 }
@@ -166,6 +199,22 @@ pub trait LogSource: Send + Sync {
     ) -> Result<SessionIo, LogError> {
         let _ = (container, request);
         Err(LogError::PodNotFound { pod: pod.clone() })
+    }
+
+    /// Whether `what` (`exec`, `attach` or `port-forward`) into `container` of `pod` (`None`:
+    /// the Pod's network) can be served, as far as the node knows without asking anyone: the
+    /// Pod is here with that container and placed, the node has a runner for it, and the
+    /// runner is registered and alive. The kubelet API checks this before it answers 101, so
+    /// that a refusal reaches kubectl with its own status; what is then opened can still fail.
+    /// Cheap and read-only.
+    fn check_session(
+        &self,
+        pod: &PodRef,
+        container: Option<&str>,
+        what: &'static str,
+    ) -> Result<(), LogError> {
+        let _ = (pod, container, what);
+        Ok(())
     }
 }
 
@@ -273,8 +322,13 @@ pub struct CallbackLogSource {
     lister: Option<PodLister>,
     callback: Option<CallbackHandle>,
     runner_providers: BTreeSet<String>,
+    /// Providers whose Pods only a runner gives logs and sessions, named when there is none.
+    runnerless: BTreeSet<String>,
     provider_logs: Option<ProviderLogs>,
     provider_sessions: Option<ProviderSessions>,
+    /// The providers that open sessions themselves, when known: a Pod the runner does not run
+    /// elsewhere has none, which [`LogSource::check_session`] can then say before the upgrade.
+    session_providers: Option<BTreeSet<String>>,
     /// Sessions open with each Pod the provider serves, and how many it may have.
     provider_open: PodSessions,
     max_provider_sessions: usize,
@@ -302,8 +356,10 @@ impl CallbackLogSource {
             lister: None,
             callback,
             runner_providers: runner_providers.into_iter().collect(),
+            runnerless: BTreeSet::new(),
             provider_logs: None,
             provider_sessions: None,
+            session_providers: None,
             provider_open: PodSessions::default(),
             max_provider_sessions: DEFAULT_MAX_SESSIONS_PER_POD,
         }
@@ -316,6 +372,34 @@ impl CallbackLogSource {
         self
     }
 
+    /// The same, for a node without a runner: the Pods of `providers` (the clouds, for example
+    /// `["lambda", "runpod", "vast"]`) are refused logs and sessions with
+    /// [`LogError::NoRunnerConfigured`], which names the missing configuration, rather than as
+    /// if their provider were to blame.
+    pub fn with_runnerless_providers(
+        mut self,
+        providers: impl IntoIterator<Item = String>,
+    ) -> Self {
+        self.runnerless = providers.into_iter().collect();
+        self
+    }
+
+    /// Why `pod` on `provider` has no `what`, when the cause is that the node has no runner.
+    fn no_runner_configured(
+        &self,
+        pod: &PodRef,
+        provider: &str,
+        what: &'static str,
+    ) -> Result<(), LogError> {
+        if self.callback.is_none() && self.runnerless.contains(provider) {
+            return Err(LogError::NoRunnerConfigured {
+                pod: pod.clone(),
+                what,
+            });
+        }
+        Ok(())
+    }
+
     /// The same, reading the logs of Pods the runner does not run from their provider.
     pub fn with_provider_logs(mut self, logs: ProviderLogs) -> Self {
         self.provider_logs = Some(logs);
@@ -326,6 +410,14 @@ impl CallbackLogSource {
     /// their provider.
     pub fn with_provider_sessions(mut self, open: ProviderSessions) -> Self {
         self.provider_sessions = Some(open);
+        self
+    }
+
+    /// The same, knowing that only the Pods of `providers` (for example `["kube"]`) have
+    /// sessions with their provider: the others, when the runner does not run them, are
+    /// refused exec, attach and port-forward before the upgrade ([`LogError::NoRunner`]).
+    pub fn with_session_providers(mut self, providers: impl IntoIterator<Item = String>) -> Self {
+        self.session_providers = Some(providers.into_iter().collect());
         self
     }
 
@@ -408,6 +500,7 @@ impl LogSource for CallbackLogSource {
             }
             return Err(waiting("the pod is not placed on a cloud yet".into()));
         };
+        self.no_runner_configured(pod, &provider, "logs")?;
         let callback = match &self.callback {
             Some(callback) if self.run_by_runner(&placement) => callback,
             // The provider's log is of the one instance: a replaced one's went with it.
@@ -451,6 +544,7 @@ impl LogSource for CallbackLogSource {
                 reason: "the pod is not placed on a cloud yet".into(),
             });
         };
+        self.no_runner_configured(pod, &provider, what)?;
         let callback = match &self.callback {
             Some(callback) if self.run_by_runner(&placement) => callback,
             _ => {
@@ -481,17 +575,41 @@ impl LogSource for CallbackLogSource {
         callback
             .open_session(&placement.uid, request)
             .await
-            .map_err(|e| match e {
-                CallbackError::NotRegistered(_) => LogError::NotStarted {
+            .map_err(|e| session_error(pod, &container, &provider, e))
+    }
+
+    fn check_session(
+        &self,
+        pod: &PodRef,
+        container: Option<&str>,
+        what: &'static str,
+    ) -> Result<(), LogError> {
+        let placement = self.placement(pod, container)?;
+        let container = container
+            .or(placement.containers.first().map(String::as_str))
+            .unwrap_or_default();
+        let Some(provider) = placement.provider.as_deref() else {
+            return Err(LogError::NotStarted {
+                pod: pod.clone(),
+                container: container.to_owned(),
+                reason: "the pod is not placed on a cloud yet".into(),
+            });
+        };
+        self.no_runner_configured(pod, provider, what)?;
+        match &self.callback {
+            Some(callback) if self.run_by_runner(&placement) => callback
+                .session_ready(&placement.uid)
+                .map_err(|e| session_error(pod, container, provider, e)),
+            _ => match &self.session_providers {
+                Some(served) if !served.contains(provider) => Err(LogError::NoRunner {
                     pod: pod.clone(),
-                    container,
-                    reason: format!("the runner on {provider} has not been set up yet"),
-                },
-                other => LogError::Session {
-                    pod: pod.clone(),
-                    message: other.to_string(),
-                },
-            })
+                    provider: provider.to_owned(),
+                    what,
+                }),
+                // Sessions with the provider, or none: said when one is opened.
+                _ => Ok(()),
+            },
+        }
     }
 
     fn usage(&self) -> Vec<PodUsage> {
@@ -511,6 +629,21 @@ impl LogSource for CallbackLogSource {
                 })
             })
             .collect()
+    }
+}
+
+/// Why the runner of `pod` on `provider` did not open a session for `container`.
+fn session_error(pod: &PodRef, container: &str, provider: &str, e: CallbackError) -> LogError {
+    match e {
+        CallbackError::NotRegistered(_) => LogError::NotStarted {
+            pod: pod.clone(),
+            container: container.to_owned(),
+            reason: format!("the runner on {provider} has not been set up yet"),
+        },
+        other => LogError::Session {
+            pod: pod.clone(),
+            message: other.to_string(),
+        },
     }
 }
 

@@ -163,3 +163,79 @@ async fn a_pod_its_provider_serves_has_a_limit_of_open_sessions_freed_when_one_c
     assert_eq!(source.provider_open.open(&job()), 1);
     assert!(source.open_session(&job(), None, forward()).await.is_ok());
 }
+
+#[tokio::test]
+async fn a_cloud_pod_on_a_node_without_a_runner_is_refused_naming_the_missing_runner() {
+    let clouds = ["lambda", "runpod", "vast"].map(str::to_owned);
+    let s = source("lambda", Some("i-1"), None).with_runnerless_providers(clouds);
+    let e = s.refusal("main").await;
+    assert_eq!(
+        e,
+        LogError::NoRunnerConfigured {
+            pod: job(),
+            what: "logs"
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "logs are not available for pod ns/job: no runner configured for this node; see \
+         docs/RUNNER.md for its `runner:` section"
+    );
+    // Logs say it in a 400 (whose body the API server passes on); sessions in a 503.
+    assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(e.stream_status(), StatusCode::SERVICE_UNAVAILABLE);
+    let exec = SessionRequest::Exec {
+        command: vec!["true".into()],
+        tty: false,
+        stdin: false,
+    };
+    let refused = s.open_session(&job(), Some("main"), exec).await.err();
+    assert_eq!(
+        refused,
+        Some(LogError::NoRunnerConfigured {
+            pod: job(),
+            what: "exec"
+        })
+    );
+    let refused = s.check_session(&job(), None, "port-forward").err();
+    assert_eq!(
+        refused,
+        Some(LogError::NoRunnerConfigured {
+            pod: job(),
+            what: "port-forward"
+        })
+    );
+    // An unknown Pod is a 404 for a session; a provider outside the list keeps its own words.
+    let other = PodRef {
+        namespace: "ns".into(),
+        name: "other".into(),
+    };
+    let unknown = s.check_session(&other, None, "exec").expect_err("not here");
+    assert_eq!(unknown.stream_status(), StatusCode::NOT_FOUND);
+    let e = source("fake", Some("i-1"), None)
+        .with_runnerless_providers(["lambda".to_owned()])
+        .refusal("main")
+        .await;
+    assert!(matches!(e, LogError::NoLogApi { .. }), "{e}");
+    let sidecar = s.check_session(&job(), Some("sidecar"), "exec");
+    assert_eq!(
+        sidecar.expect_err("no such container").stream_status(),
+        StatusCode::NOT_FOUND
+    );
+    let fake = source("fake", Some("i-1"), None);
+    assert!(fake.check_session(&job(), None, "port-forward").is_ok());
+    // Known session providers: a Pod elsewhere that the runner does not run is refused at once.
+    let fake = fake.with_session_providers(["kube".to_owned()]);
+    let e = fake
+        .check_session(&job(), None, "port-forward")
+        .expect_err("no session API");
+    assert_eq!(e.stream_status(), StatusCode::BAD_REQUEST);
+    assert!(
+        e.to_string()
+            .contains("it runs on fake without the node's runner"),
+        "{e}"
+    );
+    let kube =
+        source("kube", Some("gpu-west/job"), None).with_session_providers(["kube".to_owned()]);
+    assert!(kube.check_session(&job(), Some("main"), "exec").is_ok());
+}

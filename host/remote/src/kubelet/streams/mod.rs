@@ -177,6 +177,39 @@ pub(crate) fn negotiate(
         })
 }
 
+/// A refused exec, attach or port-forward: `status` with a `metav1.Status` body. A client's SPDY
+/// (or WebSocket) upgrade decodes such a body into the API error it returns, so kubectl shows
+/// `message` with its status (`Error from server (NotFound): ...`); a plain-text body would
+/// reach it as `Internal error occurred: unable to upgrade connection: ...`.
+pub(crate) fn refused(status: StatusCode, message: &str) -> Response {
+    let reason = match status {
+        StatusCode::BAD_REQUEST => "BadRequest",
+        StatusCode::UNAUTHORIZED => "Unauthorized",
+        StatusCode::FORBIDDEN => "Forbidden",
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
+        StatusCode::TOO_MANY_REQUESTS => "TooManyRequests",
+        StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
+        _ => "InternalError",
+    };
+    let body = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": status.as_u16(),
+    });
+    let mut response = Response::new(axum::body::Body::from(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
 /// The 101 answer that switches to SPDY with `protocol`.
 pub(crate) fn switching(protocol: &'static str) -> Response {
     let mut response = Response::new(axum::body::Body::empty());
@@ -284,6 +317,29 @@ mod tests {
         );
         let attach = ExecOptions::parse(&pairs(&[("output", "1")]), false).expect("attach");
         assert!(attach.command.is_empty() && attach.stdout);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_a_status_with_its_code_reason_and_message() {
+        for (code, reason) in [
+            (StatusCode::BAD_REQUEST, "BadRequest"),
+            (StatusCode::FORBIDDEN, "Forbidden"),
+            (StatusCode::NOT_FOUND, "NotFound"),
+            (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
+        ] {
+            let response = refused(code, "pod ns/p: \"why\"");
+            assert_eq!(response.status(), code);
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .expect("body");
+            let status: serde_json::Value = serde_json::from_slice(&body).expect("json");
+            assert_eq!(
+                status,
+                serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Failure", "message": "pod ns/p: \"why\"", "reason": reason,
+                    "code": code.as_u16()})
+            );
+        }
     }
 
     #[test]
