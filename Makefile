@@ -14,7 +14,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
 .PHONY: help verify fmt fmt-check locked clippy test test-unit test-integration testenv bench \
-        policies manifests run-local image docker-build fuzz fuzz-smoke replay flaky
+        policies manifests run-local registry image docker-build fuzz fuzz-smoke replay flaky
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -100,6 +100,15 @@ replay: policies ## a week of three clouds' market and 1,000 jobs replayed under
 
 run-local: ## control plane, cloud simulators and the node on this machine, with the samples and a live summary
 	bash hack/run-local.sh
+
+# REGISTRY_PORT picks the port (a free one otherwise); REGISTRY_ENV names a file to write the
+# export lines to, for `source` in another shell.
+REGISTRY_PORT ?=
+REGISTRY_ENV ?=
+registry: ## start the OCI registry (built once by make testenv) on 127.0.0.1 with TLS and a login, and print the REGISTRY=... lines to export; Ctrl-C stops it
+	bash hack/testenv/build-registry.sh >/dev/null
+	$(CARGO) build -q -p neocloud-testenv --bin neocloud-testenv
+	target/debug/neocloud-testenv registry $(if $(REGISTRY_PORT),--port $(REGISTRY_PORT)) $(if $(REGISTRY_ENV),--env-file $(REGISTRY_ENV))
 
 image: ## build the node's OCI image without a daemon or network into target/image/ (layout/ and image.tar)
 	$(CARGO) build --release --locked -p neocloud-node --bin neocloud-node

@@ -29,6 +29,8 @@ enum Command {
     Crds,
     /// Check, evaluate or benchmark a Wasm policy component.
     Policy {
+        #[command(flatten)]
+        cache: neocloud_node::policy_cli::CacheArgs,
         #[command(subcommand)]
         command: neocloud_node::policy_cli::PolicyCommand,
     },
@@ -57,11 +59,18 @@ fn main() -> std::process::ExitCode {
 }
 
 /// The error and its causes joined by ": ", leaving out a cause the message already shows
-/// (many errors print their source in their own message).
+/// (many errors print their source in their own message), on one line: a cause that spans lines
+/// (a parser's pretty-printed bytes) has its lines joined by spaces.
 fn one_message(error: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in error.chain() {
-        let text = cause.to_string();
+        let lines = cause.to_string();
+        let text = lines
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
         if out.contains(&text) {
             continue;
         }
@@ -148,7 +157,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Version => format!("neocloud-node {}\n", env!("CARGO_PKG_VERSION")),
         Command::Crds => neocloud_node::crd::to_yaml()?,
-        Command::Policy { command } => neocloud_node::policy_cli::run(command)?,
+        Command::Policy { command, cache } => neocloud_node::policy_cli::run(command, &cache)?,
         Command::Provider { command } => {
             runtime()?.block_on(neocloud_node::provider_cli::run(command))?
         }
@@ -174,6 +183,16 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_that_spans_lines_is_said_on_one_line() {
+        let error = anyhow::anyhow!("bad magic number - expected=[\n    0x0,\n    0x61,\n]")
+            .context("failed to compile policy x.wasm");
+        assert_eq!(
+            one_message(&error),
+            "failed to compile policy x.wasm: bad magic number - expected=[ 0x0, 0x61, ]"
+        );
+    }
 
     /// The node's own subscriber without an exporter creates no span its log filter leaves
     /// out: kube-runtime's per-reconcile span and the HTTP client's per-request one were created

@@ -5,12 +5,16 @@
 //! file is missing, is not a component, is a component of another world, lacks the role asked
 //! for) it returns the error, which the binary prints once and exits non-zero.
 //!
+//! Compiled components are kept in a disk cache between runs ([`CacheArgs`]): the user's cache
+//! directory unless `--cache-dir` or `--no-cache` says otherwise.
+//!
 //! Not for CEL policies, nor for anything the node does at runtime: it only drives
 //! `neocloud_policy::wasm`. Wiring (in main.rs):
 //!
 //! ```text
-//! Command::Policy { #[command(subcommand)] command: policy_cli::PolicyCommand }
-//! Command::Policy { command } => policy_cli::run(command)?,
+//! Command::Policy { #[command(flatten)] cache: policy_cli::CacheArgs,
+//!                   #[command(subcommand)] command: policy_cli::PolicyCommand }
+//! Command::Policy { command, cache } => policy_cli::run(command, &cache)?,
 //! ```
 
 use std::collections::BTreeMap;
@@ -23,8 +27,8 @@ use neocloud_policy::wasm::bindings::{
     PricingInput, Workload,
 };
 use neocloud_policy::wasm::{
-    Capabilities, EngineConfig, Evaluation, PolicySettings, PolicySource, Role, Verdict,
-    WasmEngine, WasmPolicy,
+    Capabilities, DEFAULT_CACHE_MAX_BYTES, EngineConfig, Evaluation, PolicySettings, PolicySource,
+    Role, Verdict, WasmEngine, WasmPolicy,
 };
 use serde::Deserialize;
 
@@ -99,32 +103,116 @@ impl From<RoleArg> for Role {
     }
 }
 
+/// Where every `policy` command keeps compiled components between runs: compiling an 18 MB
+/// Python component takes most of a minute in a debug build, reading it back well under a
+/// second. Entries are keyed by the component's bytes, the engine settings and the wasmtime
+/// version, so a changed component or binary compiles again.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CacheArgs {
+    /// The directory of compiled components [default: $XDG_CACHE_HOME/neocloud-node/wasm, else
+    /// ~/.cache/neocloud-node/wasm]
+    #[arg(
+        long,
+        env = "NEOCLOUD_WASM_CACHE_DIR",
+        value_name = "DIR",
+        global = true
+    )]
+    pub cache_dir: Option<PathBuf>,
+    /// Keep nothing on disk: compile each component from scratch.
+    #[arg(long, env = "NEOCLOUD_WASM_NO_CACHE", global = true,
+          value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_cache: bool,
+    /// The largest size of the cache directory, in MiB; the oldest entries past it are removed
+    /// when a command starts.
+    #[arg(long, env = "NEOCLOUD_WASM_CACHE_MAX_MIB", value_name = "MIB", global = true,
+          default_value_t = DEFAULT_CACHE_MAX_BYTES >> 20)]
+    pub cache_max_mib: u64,
+}
+
+impl Default for CacheArgs {
+    /// The user's cache directory, 512 MiB.
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            no_cache: false,
+            cache_max_mib: DEFAULT_CACHE_MAX_BYTES >> 20,
+        }
+    }
+}
+
+impl CacheArgs {
+    /// The directory these arguments name: none with `--no-cache`, else `--cache-dir`, else the
+    /// user's cache directory (none when neither `XDG_CACHE_HOME` nor `HOME` is set).
+    pub fn dir(&self) -> Option<PathBuf> {
+        if self.no_cache {
+            return None;
+        }
+        let user = || user_cache_home(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"));
+        self.cache_dir
+            .clone()
+            .or_else(|| user().map(|d| d.join("neocloud-node").join("wasm")))
+    }
+
+    /// A Wasm engine with this cache. A directory that cannot be used is reported and left out:
+    /// the command then works, only slower.
+    pub fn engine(&self) -> anyhow::Result<WasmEngine> {
+        let config = EngineConfig {
+            cache_dir: self.dir(),
+            cache_max_bytes: self.cache_max_mib.saturating_mul(1 << 20),
+            ..EngineConfig::default()
+        };
+        match WasmEngine::new(config.clone()) {
+            Ok(engine) => Ok(engine),
+            Err(e) if config.cache_dir.is_some() => {
+                tracing::warn!("{e}; compiling without the disk cache");
+                let config = EngineConfig {
+                    cache_dir: None,
+                    ..config
+                };
+                Ok(WasmEngine::new(config)?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The XDG base directory for caches: `$XDG_CACHE_HOME` when it is an absolute path (the spec
+/// says to ignore a relative one), else `$HOME/.cache`.
+fn user_cache_home(
+    xdg: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Option<PathBuf> {
+    let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
+    xdg.and_then(absolute)
+        .or_else(|| home.and_then(absolute).map(|h| h.join(".cache")))
+}
+
 /// Runs `command` and returns its JSON output (pretty-printed, newline-terminated).
-pub fn run(command: PolicyCommand) -> anyhow::Result<String> {
+pub fn run(command: PolicyCommand, cache: &CacheArgs) -> anyhow::Result<String> {
     let value = match command {
-        PolicyCommand::Check { file, role } => check(&file, &role)?,
+        PolicyCommand::Check { file, role } => check(cache, &file, &role)?,
         PolicyCommand::Eval {
             workload,
             attempts: Some(attempts),
             file,
             ..
-        } => eval_fallback(&file, &workload, &attempts)?,
+        } => eval_fallback(cache, &file, &workload, &attempts)?,
         PolicyCommand::Eval {
             workload,
             offers: Some(offers),
             attempts: None,
             file,
-        } => eval(&file, &workload, &offers)?,
+        } => eval(cache, &file, &workload, &offers)?,
         PolicyCommand::Eval { .. } => bail!("policy eval needs --offers or --attempts"),
         PolicyCommand::Test { file, fixtures } => {
-            return crate::policy_test::run(&file, &fixtures);
+            return crate::policy_test::run(cache, &file, &fixtures);
         }
         PolicyCommand::Bench {
             file,
             offers,
             iterations,
-        } => bench(&file, offers, iterations)?,
-        PolicyCommand::Oci(command) => match crate::policy_oci_cli::run(command)? {
+        } => bench(cache, &file, offers, iterations)?,
+        PolicyCommand::Oci(command) => match crate::policy_oci_cli::run(command, cache)? {
             Value::String(text) => return Ok(format!("{text}\n")),
             value => value,
         },
@@ -133,8 +221,8 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<String> {
 }
 
 /// Everything a CLI-loaded policy may use: the log, and WASI that grants nothing.
-pub(crate) fn load(file: &Path) -> anyhow::Result<WasmPolicy> {
-    let engine = WasmEngine::new(EngineConfig::default())?;
+pub(crate) fn load(cache: &CacheArgs, file: &Path) -> anyhow::Result<WasmPolicy> {
+    let engine = cache.engine()?;
     let mut settings = PolicySettings::named(file.display().to_string());
     settings.capabilities = Capabilities {
         log: true,
@@ -158,8 +246,8 @@ pub(crate) fn require(policy: &WasmPolicy, file: &Path, role: Role) -> anyhow::R
     )
 }
 
-fn check(file: &Path, wanted: &[RoleArg]) -> anyhow::Result<Value> {
-    let policy = load(file)?;
+fn check(cache: &CacheArgs, file: &Path, wanted: &[RoleArg]) -> anyhow::Result<Value> {
+    let policy = load(cache, file)?;
     for role in wanted {
         require(&policy, file, Role::from(*role))?;
     }
@@ -172,10 +260,10 @@ fn check(file: &Path, wanted: &[RoleArg]) -> anyhow::Result<Value> {
     }))
 }
 
-fn eval(file: &Path, workload: &Path, offers: &Path) -> anyhow::Result<Value> {
+fn eval(cache: &CacheArgs, file: &Path, workload: &Path, offers: &Path) -> anyhow::Result<Value> {
     let workload: WorkloadJson = read_json(workload)?;
     let offers: Vec<OfferJson> = read_json(offers)?;
-    let policy = load(file)?;
+    let policy = load(cache, file)?;
     let input = placement_input(&workload, &offers)?;
     if policy.info().roles.contains(&Role::Placement) {
         return Ok(outcome(&policy.place(&input), placement_json));
@@ -208,9 +296,14 @@ pub(crate) fn price_each(
     priced.collect()
 }
 
-fn eval_fallback(file: &Path, workload: &Path, attempts: &Path) -> anyhow::Result<Value> {
+fn eval_fallback(
+    cache: &CacheArgs,
+    file: &Path,
+    workload: &Path,
+    attempts: &Path,
+) -> anyhow::Result<Value> {
     let input = crate::policy_test::fallback_input(&read_json(workload)?, &read_json(attempts)?)?;
-    let policy = load(file)?;
+    let policy = load(cache, file)?;
     require(&policy, file, Role::Fallback)?;
     Ok(outcome(
         &policy.next(&input),
@@ -257,8 +350,13 @@ pub(crate) fn price_json(decision: &PriceDecision) -> Value {
 
 /// Placement decisions over `offers` synthetic offers; for a policy without placement, fallback
 /// decisions after three failed attempts.
-fn bench(file: &Path, offers: usize, iterations: usize) -> anyhow::Result<Value> {
-    let policy = load(file)?;
+fn bench(
+    cache: &CacheArgs,
+    file: &Path,
+    offers: usize,
+    iterations: usize,
+) -> anyhow::Result<Value> {
+    let policy = load(cache, file)?;
     if !policy.info().roles.contains(&Role::Placement) {
         require(&policy, file, Role::Fallback)
             .context("policy bench measures placement, else fallback")?;
@@ -443,5 +541,44 @@ fn offer(o: &OfferJson, region: u32) -> Offer {
         reliability: o.reliability,
         verified: o.verified,
         disk_gib: o.disk_gib,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+
+    #[test]
+    fn the_user_cache_is_xdg_cache_home_when_absolute_else_home_dot_cache() {
+        let os = |s: &str| Some(OsString::from(s));
+        assert_eq!(
+            user_cache_home(os("/x/cache"), os("/home/u")),
+            Some(PathBuf::from("/x/cache"))
+        );
+        assert_eq!(
+            user_cache_home(os("relative"), os("/home/u")),
+            Some(PathBuf::from("/home/u/.cache"))
+        );
+        assert_eq!(
+            user_cache_home(None, os("/home/u")),
+            Some(PathBuf::from("/home/u/.cache"))
+        );
+        assert_eq!(user_cache_home(None, None), None);
+    }
+
+    #[test]
+    fn no_cache_wins_over_a_named_directory() {
+        let cache = CacheArgs {
+            cache_dir: Some("/tmp/x".into()),
+            no_cache: true,
+            ..CacheArgs::default()
+        };
+        assert_eq!(cache.dir(), None);
+        let named = CacheArgs {
+            no_cache: false,
+            ..cache
+        };
+        assert_eq!(named.dir(), Some(PathBuf::from("/tmp/x")));
     }
 }

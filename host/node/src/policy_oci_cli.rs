@@ -82,14 +82,18 @@ pub enum OciCommand {
 }
 
 /// Runs `command` and returns its JSON output, or a string that is the whole output.
-pub fn run(command: OciCommand) -> anyhow::Result<Value> {
+/// `push` loads the component first, with `cache`.
+pub fn run(command: OciCommand, cache: &crate::policy_cli::CacheArgs) -> anyhow::Result<Value> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(run_async(command))
+    runtime.block_on(run_async(command, cache))
 }
 
-async fn run_async(command: OciCommand) -> anyhow::Result<Value> {
+async fn run_async(
+    command: OciCommand,
+    cache: &crate::policy_cli::CacheArgs,
+) -> anyhow::Result<Value> {
     match command {
         OciCommand::Push {
             file,
@@ -100,7 +104,7 @@ async fn run_async(command: OciCommand) -> anyhow::Result<Value> {
             let target = PolicyRef::parse(&reference)?;
             let bytes = read(&file)?;
             // What the node would refuse to load is not pushed.
-            crate::policy_cli::load(&file).map_err(|e| {
+            crate::policy_cli::load(cache, &file).map_err(|e| {
                 anyhow::anyhow!("{e}; nothing was pushed (`policy check` tells what is wrong)")
             })?;
             let pushed = client(&registry)?.push(&target, &bytes).await?;

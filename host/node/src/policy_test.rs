@@ -190,7 +190,11 @@ enum PriceExpect {
 
 /// Runs every case of `fixtures` against `file`: the table, or an error holding it when a case
 /// failed.
-pub fn run(file: &Path, fixtures: &Path) -> anyhow::Result<String> {
+pub fn run(
+    cache: &crate::policy_cli::CacheArgs,
+    file: &Path,
+    fixtures: &Path,
+) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(fixtures)
         .with_context(|| format!("failed to read {}", fixtures.display()))?;
     // Through JSON values, so an expectation is written `{skip-provider: vast}` or
@@ -204,7 +208,7 @@ pub fn run(file: &Path, fixtures: &Path) -> anyhow::Result<String> {
     if fixtures.tests.is_empty() {
         bail!("{}: tests: [] has no case", file.display());
     }
-    let policy = load(file)?;
+    let policy = load(cache, file)?;
     let mut table = String::new();
     let mut failed = 0;
     for case in &fixtures.tests {

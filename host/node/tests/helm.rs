@@ -366,6 +366,7 @@ fn the_chart_values_reach_the_node_as_fields_it_accepts() {
         "replicas=3",
         "secrets.vast=my-vast",
         "createNamespace=false",
+        "wasmCacheSizeLimit=2Gi",
     ]));
     assert!(objects.iter().all(|o| o["kind"] != "Namespace"));
     let cfg = RunConfig::from_yaml(node_config(&objects)).unwrap();
@@ -391,6 +392,22 @@ fn the_chart_values_reach_the_node_as_fields_it_accepts() {
         "my-vast"
     );
     assert_eq!(find(&objects, "Deployment")["spec"]["replicas"], 3);
+    // Compiled policies go to the emptyDir mounted at policies.cacheDir.
+    let cache_dir = cfg
+        .policies
+        .cache_dir
+        .clone()
+        .expect("policies.cacheDir set");
+    let mounts = container(&objects)["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let mount = mounts.iter().find(|m| m["name"] == "wasm-cache").unwrap();
+    assert_eq!(mount["mountPath"].as_str(), cache_dir.to_str());
+    let pod = &find(&objects, "Deployment")["spec"]["template"]["spec"];
+    let volumes = pod["volumes"].as_array().unwrap();
+    let volume = volumes.iter().find(|v| v["name"] == "wasm-cache").unwrap();
+    assert_eq!(volume["emptyDir"]["sizeLimit"], "2Gi");
 }
 
 /// Every metric name in the dashboard's panel expressions, in order of appearance.

@@ -3,6 +3,11 @@
 //! registry (the node's, in this process) loads what the guide applies. A command of the guide
 //! that fails, a fixture its policies do not pass, or a policy that does not load fails this test.
 //!
+//! The registry steps run too, against the registry `make registry` starts for a reader (started
+//! here in-process): the C component pushed, signed and loaded, and the Python one, too large for
+//! a ConfigMap, pushed and loaded. The node here shares the CLI's compile cache, so it compiles
+//! nothing the guide's commands compiled.
+//!
 //! Needs the guest toolchain (`make policies` installs it), the binary (`cargo test` builds it)
 //! and the OCI registry (`make testenv` builds it; the test starts it for the guide's push and
 //! sign steps).
@@ -53,6 +58,7 @@ fn the_guide_has_runnable_blocks_for_every_language_and_the_cluster() {
         "policy push",
         "policy sign",
         "requireSignature",
+        "policy push \"$WORK/fallback-py.wasm\"",
     ] {
         assert!(blocks.contains(part), "{part}");
     }
@@ -64,10 +70,19 @@ async fn the_policy_guide_runs_as_written() {
     crd::install(&ctx.client, "guide-test", Duration::from_secs(30))
         .await
         .unwrap();
+    // The guide's CLI runs and this node share one compile cache (as a CLI and a node on one
+    // machine may), kept across test runs so that only the first compiles the Python and
+    // JavaScript components.
+    let wasm_cache = std::env::temp_dir().join("neocloud-node-guide-test-cache");
+    let wasm = WasmEngine::new(EngineConfig {
+        cache_dir: Some(wasm_cache.clone()),
+        ..EngineConfig::default()
+    })
+    .unwrap();
     let registry = PolicyRegistry::new(
         ctx.client.clone(),
         Arc::new(CelEngine::new(CelLimits::default())),
-        WasmEngine::new(EngineConfig::default()).unwrap(),
+        wasm.clone(),
         PathBuf::from("/etc/neocloud-node/policies"),
         Arc::new(Metrics::new()),
     );
@@ -98,6 +113,10 @@ async fn the_policy_guide_runs_as_written() {
         .arg(&script)
         .current_dir(repo())
         .env("PATH", path)
+        .env("NEOCLOUD_BIN_DIR", &bin_dir)
+        // Not XDG_CACHE_HOME: the guest toolchain's cache is found through it.
+        .env("NEOCLOUD_WASM_CACHE_DIR", &wasm_cache)
+        .env_remove("NEOCLOUD_WASM_NO_CACHE")
         .env("KUBECONFIG", ctx.control_plane.admin_kubeconfig())
         .env("WORK", work.path())
         .env("REGISTRY", oci.host())
@@ -127,11 +146,19 @@ async fn the_policy_guide_runs_as_written() {
         "{stdout}"
     );
     assert!(stdout.contains("\"verified\": true"), "{stdout}");
-    assert_eq!(
-        stdout.matches("Wasm component (fallback)").count(),
-        2,
+    // And the Python component, too large for a ConfigMap, from the registry.
+    assert!(
+        stdout.contains(&format!("{}/team/fallback-py@sha256:", oci.host())),
         "{stdout}"
     );
+    assert_eq!(
+        stdout.matches("Wasm component (fallback)").count(),
+        3,
+        "{stdout}"
+    );
+    // The node compiled none of them: the guide's `policy check` and `policy test` had.
+    let stats = wasm.stats();
+    assert_eq!(stats.compiled, 0, "{stats:?}");
     for name in ["fallback-c.wasm", "fallback-js.wasm", "fallback-py.wasm"] {
         assert!(work.path().join(name).is_file(), "{name}");
     }

@@ -26,6 +26,7 @@ left to GPU_BURST_PROVIDER, as in config/manager/node.yaml; an empty clusterId i
 the node derives it. */}}
 {{- define "neocloud-node.config" -}}
 {{- $c := dict "node" (dict "name" .Values.nodeName) "metricsAddress" "0.0.0.0:8080" -}}
+{{- $_ := set $c "policies" (dict "cacheDir" "/var/cache/neocloud-node/wasm") -}}
 {{- with .Values.clusterId -}}
 {{- $_ := set $c "clusterId" (toString .) -}}
 {{- end -}}

@@ -172,14 +172,59 @@ pub struct PolicySettings {
     /// resolved); a relative `path` is taken inside it. An absolute path.
     #[serde(default = "default_wasm_dir")]
     pub wasm_dir: PathBuf,
+    /// Where compiled components are kept across restarts, so a restarted node loads its
+    /// policies in well under a second instead of compiling them again (most of a minute for a
+    /// Python one in a debug build, seconds in a release one). An absolute path on a writable
+    /// volume; the shipped manifests mount an `emptyDir` at `/var/cache/neocloud-node/wasm`,
+    /// which outlives a container restart but not the Pod. Unset: nothing is kept on disk (the
+    /// shipped manifests' root filesystem is read-only, so no default path would be writable).
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+    /// The largest size of `cacheDir`, in MiB; the oldest entries past it are removed at start
+    /// (and by wasmtime as entries are written). Keep the volume's `sizeLimit` above it.
+    #[serde(default = "default_cache_max_mib")]
+    pub cache_max_mib: u64,
 }
 
 impl Default for PolicySettings {
     fn default() -> Self {
         PolicySettings {
             wasm_dir: default_wasm_dir(),
+            cache_dir: None,
+            cache_max_mib: default_cache_max_mib(),
         }
     }
+}
+
+impl PolicySettings {
+    /// The Wasm engine's configuration: the defaults, with this disk cache.
+    pub fn engine_config(&self) -> neocloud_policy::wasm::EngineConfig {
+        neocloud_policy::wasm::EngineConfig {
+            cache_dir: self.cache_dir.clone(),
+            cache_max_bytes: self.cache_max_mib.saturating_mul(1 << 20),
+            ..Default::default()
+        }
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        if !self.wasm_dir.is_absolute() {
+            bail!(
+                "policies.wasmDir: {:?} is not an absolute path",
+                self.wasm_dir
+            );
+        }
+        if let Some(dir) = self.cache_dir.as_ref().filter(|d| !d.is_absolute()) {
+            bail!("policies.cacheDir: {dir:?} is not an absolute path");
+        }
+        if self.cache_max_mib == 0 {
+            bail!("policies.cacheMaxMib: 0 keeps nothing; unset cacheDir to turn the cache off");
+        }
+        Ok(())
+    }
+}
+
+fn default_cache_max_mib() -> u64 {
+    neocloud_policy::wasm::DEFAULT_CACHE_MAX_BYTES >> 20
 }
 
 /// `watchNamespaces`: at least one, each a namespace name (a DNS-1123 label).
@@ -363,12 +408,7 @@ impl RunConfig {
         {
             bail!("providers: kube needs at least one entry in remoteClusters, or nvke");
         }
-        if !self.policies.wasm_dir.is_absolute() {
-            bail!(
-                "policies.wasmDir: {:?} is not an absolute path",
-                self.policies.wasm_dir
-            );
-        }
+        self.policies.check()?;
         self.metrics_address
             .parse::<std::net::SocketAddr>()
             .with_context(|| {
@@ -570,6 +610,14 @@ mod tests {
             (
                 "clusterId: p\nnode: {name: n}\npolicies: {wasmDir: policies}\n",
                 "policies.wasmDir: \"policies\" is not an absolute path",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\npolicies: {cacheDir: cache}\n",
+                "policies.cacheDir: \"cache\" is not an absolute path",
+            ),
+            (
+                "clusterId: p\nnode: {name: n}\npolicies: {cacheDir: /c, cacheMaxMib: 0}\n",
+                "policies.cacheMaxMib: 0 keeps nothing",
             ),
         ];
         for (yaml, want) in cases {

@@ -14,7 +14,7 @@ use neocloud_broker::{
 };
 use neocloud_core::ProviderId;
 use neocloud_policy::cel::{CelEngine, CelLimits};
-use neocloud_policy::wasm::{EngineConfig, WasmEngine};
+use neocloud_policy::wasm::WasmEngine;
 use tokio::sync::{oneshot, watch};
 
 use super::RunConfig;
@@ -164,7 +164,7 @@ fn reconciler(
     rc.team_label = cfg.spend.team_label.clone();
     rc.receipt_retention = cfg.spend.retention();
     let cel = Arc::new(CelEngine::new(CelLimits::default()));
-    let wasm = WasmEngine::new(EngineConfig::default())
+    let wasm = WasmEngine::new(cfg.policies.engine_config())
         .map_err(|e| anyhow::anyhow!("failed to start the Wasm policy engine: {e}"))?;
     let registry = PolicyRegistry::new(
         s.client.clone(),

@@ -24,7 +24,14 @@ pub struct EngineConfig {
     pub pool_table_elements: usize,
     /// Directory of wasmtime's on-disk cache of compiled components; none keeps them in memory.
     pub cache_dir: Option<PathBuf>,
+    /// Largest total size of the files in `cache_dir`, in bytes: the oldest are removed past it
+    /// when an engine is built (and by wasmtime's background worker). Not part of the
+    /// fingerprint: it changes what is kept, not what is compiled.
+    pub cache_max_bytes: u64,
 }
+
+/// The default [`EngineConfig::cache_max_bytes`]: 512 MiB, about ten compiled Python components.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 512 << 20;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -36,6 +43,7 @@ impl Default for EngineConfig {
             pool_max_memory: 512 << 20,
             pool_table_elements: 100_000,
             cache_dir: None,
+            cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
         }
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! Not for running decisions (see [`super::policy`]) or fetching sources (see [`super::source`]).
 //!
-//! The disk cache is wasmtime's own (`Config::cache`): it keys entries by a hash of the wasm
+//! The disk cache is wasmtime's own (`Config::cache`, opened and size-bounded by
+//! [`super::disk_cache`]): it keys entries by a hash of the wasm
 //! bytes, the compiler settings and the wasmtime version, and deserialises them itself. We do not
 //! call `Component::deserialize` ourselves because it is `unsafe` and the workspace forbids
 //! `unsafe_code` (a `forbid` cannot be relaxed by an `allow`).
@@ -17,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use wasmtime::component::Component;
-use wasmtime::{Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy};
+use wasmtime::{Cache, Config, Engine, InstanceAllocationStrategy};
 use wasmtime::{PoolingAllocationConfig, WasmBacktraceDetails};
 
 use super::config::EngineConfig;
@@ -25,7 +26,7 @@ use super::error::WasmError;
 use super::policy::WasmPolicy;
 use super::source::PolicySource;
 use super::ticker::EpochTicker;
-use super::{PolicySettings, source};
+use super::{PolicySettings, disk_cache, source};
 
 /// Counters that show what the cache did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -71,7 +72,10 @@ impl std::fmt::Debug for Inner {
 impl WasmEngine {
     /// Builds the engine and starts its epoch ticker.
     pub fn new(config: EngineConfig) -> Result<Self, WasmError> {
-        let disk = config.cache_dir.as_ref().map(open_disk_cache).transpose()?;
+        let disk = match &config.cache_dir {
+            Some(dir) => Some(disk_cache::open(dir, config.cache_max_bytes)?),
+            None => None,
+        };
         let engine = Engine::new(&wasmtime_config(&config, disk.clone()))
             .map_err(|e| WasmError::Engine(format!("{e:#}")))?;
         let fingerprint = fingerprint(&engine);
@@ -99,6 +103,17 @@ impl WasmEngine {
         settings: PolicySettings,
     ) -> Result<WasmPolicy, WasmError> {
         let loaded = source::read(source)?;
+        if !loaded.bytes.starts_with(WASM_MAGIC) {
+            let start = &loaded.bytes[..loaded.bytes.len().min(WASM_MAGIC.len())];
+            return Err(WasmError::NotWasm {
+                policy: settings.name,
+                digest: loaded.digest,
+                start: match start {
+                    [] => "nothing".to_owned(),
+                    bytes => hex::encode(bytes),
+                },
+            });
+        }
         if is_core_module(&loaded.bytes) {
             return Err(WasmError::CoreModule {
                 policy: settings.name,
@@ -112,11 +127,7 @@ impl WasmEngine {
     /// What the cache has done so far.
     pub fn stats(&self) -> EngineStats {
         let from_bytes = self.inner.from_bytes.load(Ordering::Relaxed);
-        let disk_hits = self
-            .inner
-            .disk
-            .as_ref()
-            .map_or(0, |c| c.cache_hits() as u64);
+        let disk_hits = self.disk_hits();
         EngineStats {
             compiled: from_bytes.saturating_sub(disk_hits),
             memory_hits: self.inner.memory_hits.load(Ordering::Relaxed),
@@ -149,37 +160,51 @@ impl WasmEngine {
             return Ok(found.clone());
         }
         self.inner.from_bytes.fetch_add(1, Ordering::Relaxed);
+        let hits_before = self.disk_hits();
+        let started = std::time::Instant::now();
         let component =
             Component::new(&self.inner.engine, bytes).map_err(|e| WasmError::Compile {
                 policy: name.to_owned(),
                 digest: digest.to_owned(),
-                message: format!("{e:#}"),
+                message: one_line(&format!("{e:#}")),
             })?;
+        // Another digest loading at the same time may be the hit; this is for the log only.
+        let how = if self.disk_hits() > hits_before {
+            "read from the disk cache"
+        } else {
+            "compiled"
+        };
+        tracing::debug!(
+            policy = name,
+            digest,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "wasm component {how}"
+        );
         *slot = Some(component.clone());
         Ok(component)
     }
+
+    fn disk_hits(&self) -> u64 {
+        self.inner
+            .disk
+            .as_ref()
+            .map_or(0, |c| c.cache_hits() as u64)
+    }
+}
+
+/// The first four bytes of every Wasm binary, module or component.
+const WASM_MAGIC: &[u8] = b"\0asm";
+
+/// wasmtime's messages may span lines (a parser error pretty-prints the bytes it expected); a
+/// policy's status condition and the CLI's error line are one line each.
+fn one_line(text: &str) -> String {
+    let lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    lines.collect::<Vec<_>>().join(" ")
 }
 
 /// Whether `bytes` start like a core Wasm module (version 1), not a component (layer 1).
 fn is_core_module(bytes: &[u8]) -> bool {
     bytes.starts_with(b"\0asm\x01\0\0\0")
-}
-
-fn open_disk_cache(dir: &std::path::PathBuf) -> Result<Cache, WasmError> {
-    std::fs::create_dir_all(dir).map_err(|e| {
-        WasmError::Engine(format!(
-            "failed to create cache directory {}: {e}",
-            dir.display()
-        ))
-    })?;
-    let mut config = CacheConfig::new();
-    config.with_directory(dir);
-    Cache::new(config).map_err(|e| {
-        WasmError::Engine(format!(
-            "failed to open cache directory {}: {e:#}",
-            dir.display()
-        ))
-    })
 }
 
 fn wasmtime_config(config: &EngineConfig, disk: Option<Cache>) -> Config {

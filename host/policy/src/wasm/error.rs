@@ -86,6 +86,15 @@ pub enum WasmError {
         actual: String,
     },
     #[error(
+        "policy {policy} (sha256:{digest}) is not Wasm: it begins with {start}, not the Wasm magic 0061736d (hex)"
+    )]
+    NotWasm {
+        policy: String,
+        digest: String,
+        /// The first bytes, at most four, in hex (or `nothing` for an empty file).
+        start: String,
+    },
+    #[error(
         "policy {policy} (sha256:{digest}) is a core Wasm module, not a component; \
          make it a component with `wasm-tools component new` against the neocloud:policy@0.1.0 WIT"
     )]
@@ -134,7 +143,7 @@ impl WasmError {
             Self::Read { .. } | Self::Fetch { .. } => "source",
             Self::MissingDigest { .. } | Self::DigestMismatch { .. } => "digest",
             Self::TooLarge { .. } => "too-large",
-            Self::Compile { .. } | Self::CoreModule { .. } => "compile",
+            Self::Compile { .. } | Self::CoreModule { .. } | Self::NotWasm { .. } => "compile",
             Self::WrongWorld { .. } | Self::NotImplemented { .. } => "wrong-world",
             Self::Link { .. } | Self::Instantiate { .. } => "link",
             Self::Trap { kind, .. } => kind.label(),

@@ -30,6 +30,7 @@
 pub mod bindings;
 mod call;
 mod config;
+mod disk_cache;
 mod engine;
 mod error;
 mod host;
@@ -44,7 +45,8 @@ pub mod validate;
 mod verdict;
 
 pub use config::{
-    Budget, Capabilities, EngineConfig, FailurePolicy, Mode, PolicySettings, output_limits,
+    Budget, Capabilities, DEFAULT_CACHE_MAX_BYTES, EngineConfig, FailurePolicy, Mode,
+    PolicySettings, output_limits,
 };
 pub use engine::{EngineStats, WasmEngine};
 pub use error::{Role, TrapKind, WasmError};
