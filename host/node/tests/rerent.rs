@@ -11,24 +11,28 @@ use serde_json::json;
 mod support;
 use support::world::{World, phase, reason, running};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_stopped_machine_without_a_runner_is_rented_again_after_a_back_off_naming_the_spend() {
-    let world = World::new("rerent").await;
-    let annotations = json!({"cloud.aibrix.ai/providers": "runpod"});
+/// Creates Pod `name` (`restartPolicy: Always`) on RunPod, waits for it to run, then stops its
+/// on-demand machine by itself (as a container provider stops one whose process exited).
+async fn run_then_stop(world: &World, name: &str, annotations: serde_json::Value) {
     world
-        .create_pod_restarting("job", annotations, "Always")
+        .create_pod_restarting(name, annotations, "Always")
         .await;
-    world.wait_pod("job", "Running", running).await;
+    world.wait_pod(name, "Running", running).await;
     let first = world
-        .binding("job")
+        .binding(name)
         .await
         .status
         .unwrap()
         .instance_id
         .unwrap();
-    // An on-demand machine that stops by itself (as a container provider stops one whose
-    // process exited).
     assert!(world.sims.runpod.preempt(&first));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_machine_without_a_runner_is_rented_again_after_a_back_off_naming_the_spend() {
+    let world = World::new("rerent").await;
+    let annotations = json!({"cloud.aibrix.ai/providers": "runpod"});
+    run_then_stop(&world, "job", annotations).await;
 
     let waiting = world
         .wait_pod("job", "backing off", |p| reason(p) == Some("BackOff"))
@@ -83,18 +87,7 @@ async fn a_burst_policy_s_max_replacements_caps_the_rentals_of_its_pods() {
         .unwrap();
     let annotations =
         json!({"cloud.aibrix.ai/providers": "runpod", "cloud.aibrix.ai/policy": name});
-    world
-        .create_pod_restarting("capped", annotations, "Always")
-        .await;
-    world.wait_pod("capped", "Running", running).await;
-    let first = world
-        .binding("capped")
-        .await
-        .status
-        .unwrap()
-        .instance_id
-        .unwrap();
-    assert!(world.sims.runpod.preempt(&first));
+    run_then_stop(&world, "capped", annotations).await;
 
     // No replacement allowed: the Pod fails instead of renting again.
     let pod = world

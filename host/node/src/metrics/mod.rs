@@ -12,7 +12,7 @@ mod policy;
 mod provider;
 mod spend;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
@@ -499,6 +499,24 @@ impl Metrics {
             provider: "fake",
             gpu: "1x A40",
         });
+    }
+
+    /// Every family's name as a scraper sees it (a counter's with `_total`), from a registry with
+    /// a sample in each: for the tests that check the README, the dashboard and the chart list
+    /// exactly these.
+    #[doc(hidden)]
+    pub fn every_family_name() -> BTreeSet<String> {
+        let m = Self::new();
+        m.record_in_every_family();
+        m.encode()
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .map(|(name, kind)| match kind {
+                "counter" => format!("{name}_total"),
+                _ => name.to_owned(),
+            })
+            .collect()
     }
 
     /// The whole registry in the OpenMetrics text format, ending with `# EOF`. Encoding into a
