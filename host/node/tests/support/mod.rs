@@ -294,9 +294,13 @@ pub async fn on_a_terminal(
     let master = std::fs::File::from(pty.master);
     tokio::task::spawn_blocking(move || {
         let mut child = cmd.spawn().unwrap();
+        // The terminal's other end is then only kubectl's: once it exits, reading this end
+        // fails (EIO) after the last byte it wrote, so the reader below ends with all of it.
+        drop(cmd);
         let mut reader = master.try_clone().unwrap();
         let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = screen.clone();
+        let (read_all, all_read) = std::sync::mpsc::channel::<()>();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n) = reader.read(&mut buf) {
@@ -305,6 +309,7 @@ pub async fn on_a_terminal(
                 }
                 seen.lock().unwrap().extend_from_slice(&buf[..n]);
             }
+            let _ = read_all.send(());
         });
         // Give kubectl time to put the terminal in raw mode and open the session.
         std::thread::sleep(Duration::from_secs(3));
@@ -321,7 +326,9 @@ pub async fn on_a_terminal(
             }
             std::thread::sleep(Duration::from_millis(100));
         };
-        std::thread::sleep(Duration::from_millis(300));
+        // Everything kubectl wrote before it exited, however loaded the machine (a fixed pause
+        // here once cut the last line off).
+        let _ = all_read.recv_timeout(Duration::from_secs(20));
         drop(writer);
         let screen = String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
         (status, screen)
