@@ -91,8 +91,31 @@ fn file_with_a_pinned_wrong_sha256_is_refused() {
 }
 
 #[test]
-fn bytes_that_are_not_a_component_fail_to_compile_with_their_digest() {
+fn bytes_that_are_not_wasm_are_refused_with_their_digest_and_first_bytes() {
     let bytes = b"not wasm at all".to_vec();
+    let digest = sha256_hex(&bytes);
+    let error = engine()
+        .load(
+            &PolicySource::bytes("configmap default/broken", bytes),
+            settings("b"),
+        )
+        .unwrap_err();
+    let WasmError::NotWasm {
+        digest: got, start, ..
+    } = &error
+    else {
+        panic!("expected a not-Wasm refusal, got {error}")
+    };
+    assert_eq!(got, &digest);
+    // "not " in hex: what the file begins with, so a text file or an HTML error page shows.
+    assert_eq!(start, "6e6f7420");
+}
+
+#[test]
+fn wasm_that_is_not_a_component_fails_to_compile_with_its_digest() {
+    // The Wasm magic and a version no engine knows: past the magic check, refused by the
+    // compiler.
+    let bytes = b"\0asm\x0d\0\x01\0 and then nothing valid".to_vec();
     let digest = sha256_hex(&bytes);
     let error = engine()
         .load(
