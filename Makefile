@@ -37,8 +37,17 @@ clippy: ## clippy on every crate and target, warnings are errors
 # `cargo test --workspace` also builds target/debug/neocloud-runner (the runner crate has
 # integration tests), which the node's VM runner tests start. --no-fail-fast: a failing test
 # binary does not keep the others from running, so one run reports every failure.
+# The output is kept in target/test.log; on a failure the panics and then the failed tests, each
+# after the binary it ran in, are printed again at the end, where a CI log's tail shows them.
 test: testenv policies ## every test: unit, provider and integration (starts a real control plane)
-	$(CARGO) test --workspace --no-fail-fast
+	@mkdir -p target
+	@if $(CARGO) test --workspace --no-fail-fast 2>&1 | tee target/test.log; then exit 0; fi; \
+	echo; echo "== the panics (whole output in target/test.log)"; \
+	{ grep -A6 -E '^thread .* panicked at' target/test.log || true; } | cut -c1-300 | tail -n 60; \
+	echo; echo "== the failed tests"; \
+	{ grep -E '^test .* FAILED$$|^     Running ' target/test.log || true; } \
+	  | { grep -B1 'FAILED$$' || true; } | { grep -v '^--$$' || true; } | tail -n 30; \
+	exit 101
 
 test-unit: ## library unit tests only (no control plane)
 	$(CARGO) test --workspace --lib --no-fail-fast

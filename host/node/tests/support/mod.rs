@@ -311,8 +311,14 @@ pub async fn on_a_terminal(
             }
             let _ = read_all.send(());
         });
-        // Give kubectl time to put the terminal in raw mode and open the session.
-        std::thread::sleep(Duration::from_secs(3));
+        // Type only once the remote shell's prompt is on the screen: the session is open and
+        // kubectl has sent the terminal's size, which a fixed pause did not promise on a loaded
+        // machine. A bit more for the size to reach the remote terminal.
+        let prompt_by = std::time::Instant::now() + Duration::from_secs(60);
+        while screen.lock().unwrap().is_empty() && std::time::Instant::now() < prompt_by {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(500));
         let mut writer = master;
         writer.write_all(input).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
