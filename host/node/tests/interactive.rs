@@ -73,7 +73,7 @@ async fn exec_runs_commands_in_runner_pods_with_output_exit_codes_and_a_tty() {
 
     // A TTY, driven through a pseudo-terminal: the size kubectl reads from its terminal is
     // the remote terminal's, and the shell's exit code is kubectl's.
-    let (status, screen) = exec_tty(&world, "shell", b"stty size; tty; exit 5\n").await;
+    let (status, screen) = exec_tty(&world, "shell", &[("", b"stty size; tty; exit 5\n")]).await;
     assert_eq!(status, Some(5), "{screen}\n{}", world.node_log());
     assert!(screen.contains("31 97"), "{screen}");
     assert!(screen.contains("/dev/pts/"), "{screen}");
@@ -95,9 +95,13 @@ async fn exec_runs_commands_in_runner_pods_with_output_exit_codes_and_a_tty() {
     let _ = node.wait().await;
 }
 
-/// `kubectl exec -it POD -- sh` on a 31x97 pseudo-terminal, typing `input`; the exit code and
-/// everything the terminal showed.
-async fn exec_tty(world: &World, pod: &str, input: &'static [u8]) -> (Option<i32>, String) {
+/// `kubectl exec -it POD -- sh` on a 31x97 pseudo-terminal, typing each step of `input`; the
+/// exit code and everything the terminal showed.
+async fn exec_tty(
+    world: &World,
+    pod: &str,
+    input: &'static [(&'static str, &'static [u8])],
+) -> (Option<i32>, String) {
     let mut cmd = kubectl(world);
     cmd.args(["exec", "-it", pod, "--", "sh"]);
     support::on_a_terminal(cmd, input).await

@@ -268,12 +268,13 @@ pub async fn output_with_stdin(
     .unwrap()
 }
 
-/// Runs `cmd` (a `kubectl exec -it ...`) on a 31x97 pseudo-terminal, typing `input` once it
-/// had time to open its session; its exit code (`None` if it did not end within 30 s) and
+/// Runs `cmd` (a `kubectl exec -it ...`) on a 31x97 pseudo-terminal and types each step's
+/// input once the screen shows its text (an empty text: once the remote shell shows anything,
+/// its prompt); its exit code (`None` if it did not end within 30 s of the last step) and
 /// everything the terminal showed.
 pub async fn on_a_terminal(
     mut cmd: std::process::Command,
-    input: &'static [u8],
+    steps: &'static [(&'static str, &'static [u8])],
 ) -> (Option<i32>, String) {
     use nix::pty::{Winsize, openpty};
     use std::io::{Read as _, Write as _};
@@ -311,16 +312,22 @@ pub async fn on_a_terminal(
             }
             let _ = read_all.send(());
         });
-        // Type only once the remote shell's prompt is on the screen: the session is open and
-        // kubectl has sent the terminal's size, which a fixed pause did not promise on a loaded
-        // machine. A bit more for the size to reach the remote terminal.
-        let prompt_by = std::time::Instant::now() + Duration::from_secs(60);
-        while screen.lock().unwrap().is_empty() && std::time::Instant::now() < prompt_by {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        std::thread::sleep(Duration::from_millis(500));
+        // Type only once the screen shows what a step waits for: for the first, the remote
+        // shell's prompt, so the session is open and kubectl has sent the terminal's size, which
+        // a fixed pause did not promise on a loaded machine. A bit more for the size to reach
+        // the remote terminal.
         let mut writer = master;
-        writer.write_all(input).unwrap();
+        for (after, input) in steps {
+            let shown = |screen: &[u8]| {
+                !screen.is_empty() && String::from_utf8_lossy(screen).contains(after)
+            };
+            let by = std::time::Instant::now() + Duration::from_secs(60);
+            while !shown(&screen.lock().unwrap()) && std::time::Instant::now() < by {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            writer.write_all(input).unwrap();
+        }
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let status = loop {
             if let Some(status) = child.try_wait().unwrap() {
