@@ -14,7 +14,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
 .PHONY: help verify fmt fmt-check locked clippy test test-unit test-integration testenv bench \
-        policies manifests run-local registry image docker-build fuzz fuzz-smoke replay flaky
+        policies manifests run-local registry config-reference image docker-build fuzz fuzz-smoke replay flaky
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -82,6 +82,9 @@ testenv: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
 	bash hack/testenv/build-otelcol.sh >/dev/null
 	bash hack/testenv/build-kwok.sh >/dev/null
 	bash hack/helm/build.sh >/dev/null
+
+config-reference: ## regenerate docs/CONFIGURATION.md from the config types (a docs test fails when it is stale)
+	$(CARGO) run -q -p neocloud-node --bin neocloud-node -- config reference > docs/CONFIGURATION.md
 
 bench: ## criterion benchmarks (figures go to docs/BENCHMARKS.md)
 	$(CARGO) bench --workspace

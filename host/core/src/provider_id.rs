@@ -9,7 +9,19 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// A GPU cloud NeoCloud Node can rent from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderId {
     /// RunPod pods.

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 /// One remote cluster. Its `name` is the region of its offers, so a Pod's
 /// `cloud.aibrix.ai/regions` and a policy can choose among clusters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RemoteCluster {
     /// A DNS label naming the cluster; the region of its offers and the first part of its
@@ -35,7 +35,7 @@ pub struct RemoteCluster {
 }
 
 /// Where a remote cluster's kubeconfig is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubeconfigSource {
     /// A Secret in the node's own cluster: `namespace/name`, or `name` in the node's namespace.

@@ -32,7 +32,7 @@ use crate::config::{
 use crate::target::{KubeTarget, client_from_kubeconfig, secret_text};
 
 /// The `nvke:` section of the node's configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NvkeDiscovery {
     /// The management API's base URL, `https://` only, e.g. `https://nvke.example.com` (NVKE

@@ -27,6 +27,11 @@ enum Command {
     Version,
     /// Print the CustomResourceDefinitions the node needs, as YAML.
     Crds,
+    /// Print the configuration file's reference (Markdown) or its JSON Schema.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Check, evaluate or benchmark a Wasm policy component.
     Policy {
         #[command(flatten)]
@@ -44,6 +49,15 @@ enum Command {
         #[command(subcommand)]
         command: neocloud_node::cost_cli::CostCommand,
     },
+}
+
+/// `neocloud-node config ...`.
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Every setting with its type, default and description, as docs/CONFIGURATION.md has it.
+    Reference,
+    /// The file's JSON Schema (draft 2020-12), for an editor's YAML language server.
+    Schema,
 }
 
 /// Runs the command; a failure is printed once, as one line on stderr, with exit code 1.
@@ -157,6 +171,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Version => format!("neocloud-node {}\n", env!("CARGO_PKG_VERSION")),
         Command::Crds => neocloud_node::crd::to_yaml()?,
+        Command::Config { command } => match command {
+            ConfigCommand::Reference => neocloud_node::run::config_reference::markdown(),
+            ConfigCommand::Schema => {
+                let schema = neocloud_node::run::config_reference::schema();
+                serde_json::to_string_pretty(&schema)? + "\n"
+            }
+        },
         Command::Policy { command, cache } => neocloud_node::policy_cli::run(command, &cache)?,
         Command::Provider { command } => {
             runtime()?.block_on(neocloud_node::provider_cli::run(command))?

@@ -51,7 +51,7 @@ pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 const PAGE_SIZE: u32 = 500;
 
 /// How often to sweep, how old an orphan must be, and whether to delete at all.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(try_from = "RawSweeperConfig")]
 pub struct SweeperConfig {
     /// Time between sweeps (`intervalSeconds`, default 300).
@@ -73,13 +73,16 @@ impl Default for SweeperConfig {
 }
 
 /// The configuration as written in the node's config file.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawSweeperConfig {
+    /// Seconds between sweeps; at least 1.
     #[serde(default = "default_interval_seconds")]
     interval_seconds: u64,
+    /// How old, in seconds, an instance without a binding must be before it is deleted.
     #[serde(default = "default_grace_seconds")]
     grace_seconds: u64,
+    /// Report what would be deleted and delete nothing.
     #[serde(default)]
     dry_run: bool,
 }

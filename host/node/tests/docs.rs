@@ -2,7 +2,9 @@
 //! newcomer reads it whole) and names every metric the node exports and every annotation a Pod
 //! may carry, and no relative link in any page points at a file that is not there.
 //!
-//! Not the guides' commands: docs/POLICIES.md is run as written by `policy_guide.rs`.
+//! Not the guides' commands: docs/POLICIES.md is run as written by `policy_guide.rs`. The
+//! configuration reference is generated from the config types, and examples/node.yaml sets every
+//! setting it names.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -137,4 +139,90 @@ fn a_link_to_a_missing_file_is_found() {
         first_column(table, "Metrics"),
         BTreeSet::from(["a".to_owned(), "b".to_owned()])
     );
+}
+
+/// docs/CONFIGURATION.md is what `neocloud-node config reference` makes from the config types
+/// today: a setting added, renamed or re-documented without regenerating it fails here.
+#[test]
+fn the_configuration_reference_is_generated_from_the_config_types() {
+    let page = read(&repo().join("docs/CONFIGURATION.md"));
+    let made = neocloud_node::run::config_reference::markdown();
+    assert!(
+        page == made,
+        "docs/CONFIGURATION.md is stale: run `make config-reference` and commit it"
+    );
+}
+
+/// examples/node.yaml, with its commented-out settings written in, is a configuration the node
+/// accepts (unknown fields are refused) and sets every setting of the reference.
+#[test]
+fn the_example_configuration_shows_every_setting() {
+    let example = read(&repo().join("examples/node.yaml"));
+    let written = uncommented(&example);
+    neocloud_node::run::RunConfig::from_yaml(&written)
+        .unwrap_or_else(|e| panic!("examples/node.yaml, uncommented: {e:#}\n{written}"));
+    let value: serde_json::Value = serde_yaml::from_str(&written).expect("YAML");
+    let missing: Vec<String> = neocloud_node::run::config_reference::settings()
+        .into_iter()
+        .map(|s| s.path)
+        .filter(|path| !sets(&value, path))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "examples/node.yaml does not show {missing:?}"
+    );
+}
+
+/// The example with `# ` taken off every commented-out setting (a line whose text after its
+/// indent and `# ` is `key:` or `- key:`, with `key` a setting's name); prose comments stay.
+fn uncommented(example: &str) -> String {
+    let names: BTreeSet<String> = neocloud_node::run::config_reference::settings()
+        .iter()
+        .flat_map(|s| {
+            s.path
+                .split('.')
+                .map(|p| p.trim_end_matches("[]").to_owned())
+        })
+        .collect();
+    let setting = |text: &str| {
+        let text = text.trim_start().trim_start_matches("- ");
+        let key: String = text
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .collect();
+        names.contains(&key) && text[key.len()..].starts_with(':')
+    };
+    example
+        .lines()
+        .map(|line| {
+            let indent = &line[..line.len() - line.trim_start().len()];
+            match line.trim_start().strip_prefix("# ") {
+                Some(text) if setting(text) => format!("{indent}{text}"),
+                _ => line.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `value` sets `path` (`a.b`, `list[].c`: some item of the list sets `c`).
+fn sets(value: &serde_json::Value, path: &str) -> bool {
+    let (head, rest) = match path.split_once('.') {
+        Some((head, rest)) => (head, Some(rest)),
+        None => (path, None),
+    };
+    let (key, each) = match head.strip_suffix("[]") {
+        Some(key) => (key, true),
+        None => (head, false),
+    };
+    let Some(child) = value.get(key) else {
+        return false;
+    };
+    match (rest, each) {
+        (None, _) => true,
+        (Some(rest), true) => child
+            .as_array()
+            .is_some_and(|items| items.iter().any(|item| sets(item, rest))),
+        (Some(rest), false) => sets(child, rest),
+    }
 }

@@ -14,11 +14,11 @@ use std::sync::{Mutex, PoisonError};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A label `neocloud_spend_usd_total` may carry. Each one multiplies the series: choose what
 /// the team's dashboards need.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SpendLabel {
     /// The Pod's namespace.

@@ -15,7 +15,7 @@ use crate::sweeper::SweeperConfig;
 use crate::vnode::NodeConfig;
 
 /// The whole file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RunConfig {
     /// This cluster's identity in every external name: 1-16 of `[a-z0-9]`. Unset: derived from
@@ -79,7 +79,7 @@ pub struct RunConfig {
 }
 
 /// The `fake:` section: how the in-process fake cloud (provider `fake`) treats workloads.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FakeSettings {
     /// The fake runs nothing; with this, each workload ends this many seconds after its
@@ -90,7 +90,7 @@ pub struct FakeSettings {
 }
 
 /// The `spend:` section.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SpendSettings {
     /// The labels of `neocloud_spend_usd_total`, among `namespace`, `team`, `provider` and
@@ -165,7 +165,7 @@ impl SpendSettings {
 }
 
 /// The `policies:` section.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PolicySettings {
     /// The one directory a `spec.wasm.path` may name a file in (after symlinks and `..` are
@@ -258,7 +258,7 @@ fn default_wasm_dir() -> PathBuf {
 }
 
 /// Leader election over a Lease.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LeaderElection {
     /// Off only for a single replica you are sure of.
@@ -291,7 +291,7 @@ impl Default for LeaderElection {
 }
 
 /// Reconciler settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ReconcilerSettings {
     /// Pods reconciled at once.
@@ -539,6 +539,13 @@ mod tests {
         assert_eq!(c.spend.retention(), None);
         let c = RunConfig::from_yaml(&format!("{MINIMAL}spend: {{retentionDays: 90}}\n")).unwrap();
         assert_eq!(c.spend.retention(), Some(Duration::from_secs(90 * 86_400)));
+    }
+
+    #[test]
+    fn providers_under_node_are_refused_by_name_not_overwritten() {
+        let e = RunConfig::from_yaml("node: {name: n, providers: [runpod]}\n").unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.contains("unknown field `providers`"), "{e}");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::vnode::NodeConfig;
 const IN_CLUSTER_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 
 /// The kubelet API on `node.kubeletPort`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubeletApiSettings {
     /// Serve it (the API server calls it for `kubectl logs`).
@@ -61,7 +61,7 @@ pub struct KubeletApiSettings {
 }
 
 /// `kubeletApi.streams`: the bounds of one SPDY connection.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StreamSettings {
     /// Streams open at once on one connection (an exec opens up to 5, a forwarded connection

@@ -10,7 +10,7 @@ use neocloud_remote::serving::ServeLimits;
 use serde::Deserialize;
 
 /// A listener's bounds; every field defaults to [`ServeLimits::default`].
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ConnectionSettings {
     /// Connections served at once after their TLS handshake; one more is closed at once.

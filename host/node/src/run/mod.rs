@@ -9,6 +9,7 @@ mod background;
 mod capacity;
 mod cluster;
 mod config;
+pub mod config_reference;
 mod kubelet_api;
 mod leadership;
 mod listener;

@@ -24,7 +24,7 @@ use crate::callback::{ExecutorKind, RunnerDownload, UserDataOptions};
 use crate::reconcile::Runners;
 
 /// The VM runner: where its callback listens, the URL runners use, and how they start.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RunnerSettings {
     /// The callback server's listen address.

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The taint that keeps Pods off the node unless they tolerate it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TaintConfig {
     /// The taint key.
@@ -25,7 +25,7 @@ impl Default for TaintConfig {
 }
 
 /// The node's identity and limits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodeConfig {
     /// The Node's name; the node authenticates as `system:node:<name>`.
@@ -33,8 +33,10 @@ pub struct NodeConfig {
     /// The taint on the node.
     #[serde(default)]
     pub taint: TaintConfig,
-    /// The enabled providers, shown as labels `cloud.aibrix.ai/provider-<name>=true`.
-    #[serde(default)]
+    /// The enabled providers, shown as labels `cloud.aibrix.ai/provider-<name>=true`: the
+    /// file's top-level `providers`, never read from `node:` (where it was once silently
+    /// overwritten; now it is refused as an unknown field).
+    #[serde(default, skip_deserializing)]
     pub providers: Vec<String>,
     /// The most Pods the node accepts at once (`status.allocatable.pods`).
     #[serde(default = "default_max_pods")]
