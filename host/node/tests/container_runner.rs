@@ -241,9 +241,11 @@ async fn a_runner_pod_s_usage_is_served_as_the_kubelet_s_summary_and_resource_me
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     assert_eq!(container["name"], "main");
-    // A shell spinning is most of a core; a sample is over a heartbeat interval (1 s).
+    // A shell spinning is most of an idle core, but a tenth of one on a loaded machine (a run
+    // beside two builds measured 0.099): a sample over a heartbeat interval (1 s) is only
+    // checked to be a real share of a core, not the idle machine's figure.
     let cores = container["cpu"]["usageNanoCores"].as_u64().unwrap();
-    assert!(cores > 100_000_000, "{container}");
+    assert!(cores > 10_000_000, "{container}");
     assert!(container["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 0);
     let rss = container["memory"]["workingSetBytes"].as_u64().unwrap();
     assert!(rss > 4_000_000, "the 4 MB the workload holds: {container}");
