@@ -52,8 +52,7 @@ fn ready_condition(pod: &Pod) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_probed_workload_is_ready_only_once_its_probe_passes_and_liveness_restarts_it_in_place()
-{
+async fn a_probed_workload_is_ready_only_once_its_probe_passes_and_liveness_restarts_it_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let runner = vm_support::runner_with_backoff(dir.path(), 1.0);
     let world = World::with_runner("probes", Some(runner)).await;
@@ -71,7 +70,7 @@ async fn a_probed_workload_is_ready_only_once_its_probe_passes_and_liveness_rest
                 "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"},
                     "periodSeconds": 1, "failureThreshold": 1},
                 "livenessProbe": {"httpGet": {"path": "/live", "port": port},
-                    "periodSeconds": 1, "failureThreshold": 1},
+                    "initialDelaySeconds": 4, "periodSeconds": 1, "failureThreshold": 1},
                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
         }
     }))
@@ -100,6 +99,7 @@ async fn a_probed_workload_is_ready_only_once_its_probe_passes_and_liveness_rest
             .and_then(|c| c.first().cloned());
         if phase.as_deref() == Some("Running")
             && let Some(c) = c
+            && c.state.as_ref().is_some_and(|s| s.running.is_some())
         {
             match ready_condition(&pod).as_deref() {
                 Some("False") if running_not_ready.is_none() => {
@@ -118,6 +118,10 @@ async fn a_probed_workload_is_ready_only_once_its_probe_passes_and_liveness_rest
     let not_ready_since = running_not_ready.expect("the Pod was Running and not Ready first");
     let waited = ready_at.unwrap().duration_since(not_ready_since);
     eprintln!("Running and not Ready for {waited:?}");
+    assert!(
+        waited >= Duration::from_secs(2),
+        "ready after {waited:?}, before /ready passed"
+    );
 
     // A liveness failure: the workload is stopped and restarted in place.
     std::fs::write(&kill, b"").unwrap();
@@ -141,7 +145,10 @@ async fn a_probed_workload_is_ready_only_once_its_probe_passes_and_liveness_rest
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let last = restarted.last_state.and_then(|l| l.terminated).expect("lastState");
+    let last = restarted
+        .last_state
+        .and_then(|l| l.terminated)
+        .expect("lastState");
     assert_ne!(last.exit_code, 0, "{last:?}");
     let ledger = world.sims.ledger();
     assert_eq!(ledger.entries.len(), 1, "one rental: {ledger:?}");
@@ -192,8 +199,17 @@ async fn a_probe_on_a_port_the_container_does_not_name_is_refused_naming_the_fie
         .create(&PostParams::default(), &pod)
         .await
         .unwrap();
-    let pod = world.wait_phase("misnamed", &["Failed"]).await;
-    let message = pod.status.and_then(|s| s.message).unwrap_or_default();
+    // Refused as any unsupported Pod is: Pending, reason Unsupported, naming the field.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let message = loop {
+        let pod = world.pods().get("misnamed").await.unwrap();
+        let status = pod.status.unwrap_or_default();
+        if status.reason.as_deref() == Some("Unsupported") {
+            break status.message.unwrap_or_default();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert!(
         message.contains(
             "spec.containers[0].readinessProbe.httpGet.port: \"metrics\" names none of the \
