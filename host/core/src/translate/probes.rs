@@ -157,9 +157,9 @@ mod tests {
     fn pod(container: serde_json::Value) -> Pod {
         let mut c = json!({"name": "main", "image": "i",
             "ports": [{"name": "http", "containerPort": 8000}]});
-        c.as_object_mut()
-            .unwrap()
-            .extend(container.as_object().unwrap().clone());
+        if let serde_json::Value::Object(extra) = container {
+            c.as_object_mut().unwrap().extend(extra);
+        }
         serde_json::from_value(json!({"spec": {"containers": [c]}})).unwrap()
     }
 
