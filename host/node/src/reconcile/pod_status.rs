@@ -484,6 +484,42 @@ mod tests {
     }
 
     #[test]
+    fn a_running_container_is_ready_and_started_as_its_probes_say() {
+        let probed = |ready, started| DesiredPod {
+            probed: Some(Probed { ready, started }),
+            ..DesiredPod::running()
+        };
+        let body = apply_body(
+            &pod(),
+            &probed(false, true),
+            "10.0.0.1",
+            "2026-12-03T07:00:00Z",
+        );
+        let s = &body["status"];
+        assert_eq!(s["containerStatuses"][0]["ready"], false);
+        assert_eq!(s["containerStatuses"][0]["started"], true);
+        assert_eq!(s["conditions"][1]["status"], "False", "ContainersReady");
+        assert_eq!(s["conditions"][2]["status"], "False", "Ready");
+        let written = with_status(&pod(), &body);
+        assert!(is_current(&written, &probed(false, true)));
+        assert!(
+            !is_current(&written, &probed(true, true)),
+            "readiness changed"
+        );
+        assert!(
+            !is_current(&written, &DesiredPod::running()),
+            "no probes: ready"
+        );
+        let ready = apply_body(
+            &written,
+            &probed(true, true),
+            "10.0.0.1",
+            "2026-12-03T07:00:05Z",
+        );
+        assert_eq!(ready["status"]["conditions"][2]["status"], "True");
+    }
+
+    #[test]
     fn running_keeps_the_start_and_transition_times_it_already_reported() {
         let first = apply_body(
             &pod(),
