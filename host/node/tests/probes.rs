@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
@@ -45,6 +45,35 @@ print("serving", flush=True)
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 "#;
 
+/// Creates a Pod on the node whose one container (asking for a GPU) is `container`'s fields
+/// plus its name and image.
+async fn create(world: &World, name: &str, container: serde_json::Value) {
+    let mut c = json!({"name": "main", "image": "registry.invalid/vllm:1",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}}});
+    if let serde_json::Value::Object(fields) = container {
+        c.as_object_mut().unwrap().extend(fields);
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"nodeName": world.node, "containers": [c]}
+    }))
+    .unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+fn container(pod: &Pod) -> Option<ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()
+        .cloned()
+}
+
 fn ready_condition(pod: &Pod) -> Option<String> {
     let conditions = pod.status.as_ref()?.conditions.as_ref()?;
     let ready = conditions.iter().find(|c| c.type_ == "Ready")?;
@@ -59,27 +88,23 @@ async fn a_probed_workload_is_ready_only_once_its_probe_passes_and_liveness_rest
     let mut node = world.spawn();
     let port = support::free_port();
     let kill = dir.path().join("kill");
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "served"},
-        "spec": {
-            "nodeName": world.node,
-            "containers": [{"name": "main", "image": "registry.invalid/vllm:1",
-                "command": ["python3", "-c", SERVER, port.to_string(),
-                    kill.display().to_string(), NOT_READY_SECONDS.to_string()],
-                "ports": [{"name": "http", "containerPort": port}],
-                "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"},
-                    "periodSeconds": 1, "failureThreshold": 1},
-                "livenessProbe": {"httpGet": {"path": "/live", "port": port},
-                    "initialDelaySeconds": 4, "periodSeconds": 1, "failureThreshold": 1},
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
-        }
-    }))
-    .unwrap();
-    world
-        .pods()
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+    let command = [
+        "python3".to_owned(),
+        "-c".to_owned(),
+        SERVER.to_owned(),
+        port.to_string(),
+        kill.display().to_string(),
+        NOT_READY_SECONDS.to_string(),
+    ];
+    let probed = json!({
+        "command": command,
+        "ports": [{"name": "http", "containerPort": port}],
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"},
+            "periodSeconds": 1, "failureThreshold": 1},
+        "livenessProbe": {"httpGet": {"path": "/live", "port": port},
+            "initialDelaySeconds": 4, "periodSeconds": 1, "failureThreshold": 1},
+    });
+    create(&world, "served", probed).await;
 
     // Running, started, and not Ready while /ready answers 503; then Ready.
     let mut running_not_ready = None;
@@ -94,9 +119,7 @@ async fn a_probed_workload_is_ready_only_once_its_probe_passes_and_liveness_rest
         );
         let pod = world.pods().get("served").await.unwrap();
         let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-        let c = (pod.status.as_ref())
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|c| c.first().cloned());
+        let c = container(&pod);
         if phase.as_deref() == Some("Running")
             && let Some(c) = c
             && c.state.as_ref().is_some_and(|s| s.running.is_some())
@@ -134,9 +157,7 @@ async fn a_probed_workload_is_ready_only_once_its_probe_passes_and_liveness_rest
             world.node_log()
         );
         let pod = world.pods().get("served").await.unwrap();
-        let c = (pod.status.as_ref())
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|c| c.first().cloned());
+        let c = container(&pod);
         if let Some(c) = c
             && c.restart_count == 1
             && c.state.as_ref().is_some_and(|s| s.running.is_some())
@@ -183,22 +204,11 @@ async fn a_probed_workload_is_ready_only_once_its_probe_passes_and_liveness_rest
 async fn a_probe_on_a_port_the_container_does_not_name_is_refused_naming_the_field() {
     let world = World::new("probebad", false).await;
     let mut node = world.spawn();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "misnamed"},
-        "spec": {
-            "nodeName": world.node,
-            "containers": [{"name": "main", "image": "registry.invalid/vllm:1",
-                "command": ["sleep", "60"],
-                "readinessProbe": {"httpGet": {"path": "/", "port": "metrics"}},
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
-        }
-    }))
-    .unwrap();
-    world
-        .pods()
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+    let misnamed = json!({
+        "command": ["sleep", "60"],
+        "readinessProbe": {"httpGet": {"path": "/", "port": "metrics"}},
+    });
+    create(&world, "misnamed", misnamed).await;
     // Refused as any unsupported Pod is: Pending, reason Unsupported, naming the field.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let message = loop {
