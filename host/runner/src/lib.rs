@@ -607,6 +607,8 @@ async fn probe_run(
     let (client, state, running) = reports;
     let began = tokio::time::Instant::now();
     let mut prober = probe::Prober::new(&probes);
+    // A report that was not delivered is sent again with the next check's.
+    let mut unsent = false;
     while let Some(next) = prober.next_due() {
         tokio::time::sleep_until(began + next).await;
         let now = began.elapsed().max(next);
@@ -615,16 +617,19 @@ async fn probe_run(
                 continue;
             };
             let outcome = prober.record(kind, now, checks.check(&check).await);
-            if outcome.changed || outcome.failure.is_some() {
+            if outcome.changed || outcome.failure.is_some() || unsent {
                 let mut status = prober.status();
                 status.failure = outcome.failure;
                 let news = StatusReport {
                     probes: Some(status),
                     ..running.clone()
                 };
-                if let Err(e) = report(&client, &state, news).await {
-                    tracing::warn!(error = %e, "runner: a probe's news was not delivered");
-                }
+                unsent = report(&client, &state, news)
+                    .await
+                    .inspect_err(
+                        |e| tracing::warn!(error = %e, "runner: a probe's news was not delivered"),
+                    )
+                    .is_err();
             }
             if let Some(why) = outcome.restart {
                 return why;

@@ -110,7 +110,11 @@ impl Reconciler {
 
     fn translate(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
         let w = translate_pod(pod).map_err(|e| e.to_string())?;
-        if let Some(refused) = super::probes::unhonoured(pod, self.cfg.runners.as_deref()) {
+        let kube = neocloud_core::ProviderId::Kube;
+        let remote_cluster = self.provider(kube).is_some()
+            && (w.providers.is_empty() || w.providers.contains(&kube));
+        let runners = self.cfg.runners.as_deref();
+        if let Some(refused) = super::probes::unhonoured(pod, runners, remote_cluster) {
             return Err(refused);
         }
         let mut planner = self.planner.clone();

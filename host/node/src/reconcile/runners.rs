@@ -252,7 +252,8 @@ impl Runners {
             launched: Some(Instant::now()),
             mounts: files.mounts.clone(),
             in_place: InPlace::default(),
-            probes: None,
+            // Until its runner says, a probed Pod keeps the readiness it showed.
+            probes: super::probes::for_runner(pod).and(shown_probes(pod)),
             unhealthy: Vec::new(),
         };
         self.state.lock().entry(uid).or_insert(entry);
@@ -421,6 +422,16 @@ impl Runners {
         tracing::info!(pod = %pod, ?status, "runner reported");
         let _ = self.trigger.send(pod);
     }
+}
+
+/// The `ready` and `started` a running Pod shows, as an earlier process wrote them.
+fn shown_probes(pod: &Pod) -> Option<ProbeStatus> {
+    let c = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
+    Some(ProbeStatus {
+        ready: c.ready,
+        started: c.started.unwrap_or(c.ready),
+        failure: None,
+    })
 }
 
 /// Keeps what a report says of the probes (a runner that runs them says so with each report of
