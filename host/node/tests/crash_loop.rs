@@ -6,7 +6,6 @@
 //! so as a kubelet would; `kubectl logs --previous` reads the last run. Under `OnFailure` an
 //! exit 0 ends the Pod Succeeded and releases its machine.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -23,17 +22,9 @@ use vm_support::World;
 /// The shortened first back-off the runners of this test use.
 const BASE_SECONDS: f64 = 2.0;
 
-/// A script named `neocloud-runner` (the simulator and `runner_pids` know runners by that
-/// name) that starts the real runner with the back-off shortened.
+/// The runner, started with the back-off shortened to [`BASE_SECONDS`].
 fn runner_with_short_backoff(dir: &Path) -> PathBuf {
-    let script = dir.join("neocloud-runner");
-    let text = format!(
-        "#!/bin/sh\nexport NEOCLOUD_RUNNER_RESTART_BACKOFF={BASE_SECONDS}s\nexec '{}' \"$@\"\n",
-        runner_bin::runner_binary().display()
-    );
-    std::fs::write(&script, text).unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    script
+    vm_support::runner_with_backoff(dir, BASE_SECONDS)
 }
 
 async fn create(world: &World, name: &str, policy: &str, script: &str) {

@@ -7,12 +7,16 @@
 //! `neocloud-node`'s `callback` module, the client in `neocloud-runner`. Kept small on purpose:
 //! the runner links it onto every rented VM.
 
+mod probes;
 mod secret;
 pub mod session;
 pub mod wire;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use probes::{
+    Probe, ProbeAction, ProbeFailure, ProbeKind, ProbeStatus, Probes, WORKLOAD_PROBES_QUERY,
+};
 pub use secret::{BootstrapToken, Secret, SessionToken};
 pub use wire::{
     EnvVar, ErrorBody, File, FileMount, GpuStats, Heartbeat, LogRecord, LogStream,

@@ -37,6 +37,10 @@ pub struct Workload {
     /// never restarts: the node decides, as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<RestartPolicy>,
+    /// The container's probes, for a runner that runs them (it asks with
+    /// [`crate::WORKLOAD_PROBES_QUERY`]; the node leaves them out for runners that do not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<crate::Probes>,
 }
 
 /// The query a runner that restarts workloads in place adds to `GET /v1/workload`, so the node
@@ -266,6 +270,10 @@ pub struct StatusReport {
     /// and the node must not run the workload again elsewhere.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub restarts_in_place: bool,
+    /// What the probes say (with `Running`), from a runner that was given probes: a node that
+    /// gave none does not know the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<crate::ProbeStatus>,
 }
 
 impl StatusReport {
@@ -280,6 +288,7 @@ impl StatusReport {
             last_termination: None,
             backoff_seconds: None,
             restarts_in_place: false,
+            probes: None,
         }
     }
 }

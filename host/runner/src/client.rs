@@ -265,16 +265,19 @@ impl CallbackClient {
         }
     }
 
-    /// `GET /v1/workload`, saying that this runner restarts workloads in place (so the node
-    /// includes the Pod's restart policy).
+    /// `GET /v1/workload`, saying that this runner restarts workloads in place and runs probes
+    /// (so the node includes the Pod's restart policy and probes).
     pub async fn workload(&self) -> Result<Workload, RunnerError> {
         let what = "fetch the workload";
         let (key, value) = neocloud_protocol::WORKLOAD_RESTARTS_QUERY
             .split_once('=')
             .unwrap_or_default();
+        let (probes, run) = neocloud_protocol::WORKLOAD_PROBES_QUERY
+            .split_once('=')
+            .unwrap_or_default();
         let response = self
             .call(what, Method::GET, "v1/workload", true, |r| {
-                r.query(&[(key, value)])
+                r.query(&[(key, value), (probes, run)])
             })
             .await?;
         json(response).await.map_err(|e| e.during(what))

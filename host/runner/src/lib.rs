@@ -26,6 +26,8 @@ pub mod backoff;
 mod client;
 mod executor;
 mod files;
+pub mod probe;
+mod probe_check;
 mod session;
 mod shipper;
 mod stats;
@@ -38,8 +40,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use chrono::Utc;
 use neocloud_protocol::{
-    CREDENTIAL_ENV, LogRecord, RunnerState, SECRETS_FILE_ENV, Secret, StatusReport, Termination,
-    Workload,
+    CREDENTIAL_ENV, LogRecord, Probes, RunnerState, SECRETS_FILE_ENV, Secret, StatusReport,
+    Termination, Workload,
 };
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -484,13 +486,16 @@ impl Runs<'_> {
         // Only a node that gave a restart policy reads the restart fields; an older one refuses
         // fields it does not know, so it gets the report's old shape.
         let restarting = self.workload.restart_policy.is_some();
+        // Likewise, only a node that gave probes reads what they say.
+        let probes = self.workload.probes.as_ref().filter(|p| !p.is_empty());
         let running = StatusReport {
             restart_count: self.restarts,
             started_at: restarting.then_some(started_at),
             last_termination: self.last.clone(),
+            probes: probes.map(|p| probe::Prober::new(p).status()),
             ..StatusReport::new(RunnerState::Running)
         };
-        if let Err(e) = self.report_or_go_on(running).await {
+        if let Err(e) = self.report_or_go_on(running.clone()).await {
             stop(&mut started.child, args.executor, self.container).await;
             return Err(e);
         }
@@ -501,10 +506,33 @@ impl Runs<'_> {
         let client = self.client.clone();
         let stats = tokio::spawn(stats::report(client.clone(), root, args.heartbeat_interval));
         let target = ExecTarget::for_workload(args.executor, self.workload, self.container);
+        let mut probing = probes.and_then(|p| {
+            let checks = probe_check::Checker::new(target.clone())
+                .inspect_err(|e| tracing::warn!(error = %e, "runner: the probes cannot run"))
+                .ok()?;
+            let reports = (client.clone(), self.state.clone(), running.clone());
+            Some(tokio::spawn(probe_run(p.clone(), checks, reports)))
+        });
         let sessions = tokio::spawn(serve_sessions(client.clone(), Arc::new(target)));
-        let waited = wait_forwarding_signals(&mut started.child, client.revoked()).await;
+        let waited = tokio::select! {
+            waited = wait_forwarding_signals(&mut started.child, client.revoked()) => Ok(waited),
+            why = gave_up(&mut probing) => Err(why),
+        };
+        if let Some(probing) = probing {
+            probing.abort();
+        }
         sessions.abort();
         stats.abort();
+        let waited = match waited {
+            Ok(waited) => waited,
+            Err(why) => {
+                tracing::warn!(why, "runner: a probe gave up; stopping the workload");
+                stop(&mut started.child, args.executor, self.container).await;
+                let status = started.child.wait().await;
+                let code = status.map_or(1, |s| exit_code(s).0);
+                return Ok(Ok((code, format!("Container {why}"))));
+            }
+        };
         let status = match waited {
             Waited::Exited(status) => status,
             Waited::Revoked => {
@@ -565,6 +593,60 @@ async fn wait_or_stop(
         _ = term.recv() => Some(Waited::Exited(Err(std::io::Error::other("stopped")))),
         _ = interrupt.recv() => Some(Waited::Exited(Err(std::io::Error::other("stopped")))),
         Ok(_) = revoked.wait_for(|revoked| *revoked) => Some(Waited::Revoked),
+    }
+}
+
+/// Runs the probes of one run (see [`probe`]), reporting each change of `started` or `ready`
+/// and each failed check as a `Running` report like `reports`' (the client, the shared state
+/// and the run's report); returns when the liveness or startup probe gives up, with why.
+async fn probe_run(
+    probes: Probes,
+    checks: probe_check::Checker,
+    reports: (Arc<CallbackClient>, Shared, StatusReport),
+) -> String {
+    let (client, state, running) = reports;
+    let began = tokio::time::Instant::now();
+    let mut prober = probe::Prober::new(&probes);
+    // A report that was not delivered is sent again with the next check's.
+    let mut unsent = false;
+    while let Some(next) = prober.next_due() {
+        tokio::time::sleep_until(began + next).await;
+        let now = began.elapsed().max(next);
+        for kind in prober.due(now) {
+            let Some(check) = prober.probe(kind).cloned() else {
+                continue;
+            };
+            let outcome = prober.record(kind, now, checks.check(&check).await);
+            if outcome.changed || outcome.failure.is_some() || unsent {
+                let mut status = prober.status();
+                status.failure = outcome.failure;
+                let news = StatusReport {
+                    probes: Some(status),
+                    ..running.clone()
+                };
+                unsent = report(&client, &state, news)
+                    .await
+                    .inspect_err(
+                        |e| tracing::warn!(error = %e, "runner: a probe's news was not delivered"),
+                    )
+                    .is_err();
+            }
+            if let Some(why) = outcome.restart {
+                return why;
+            }
+        }
+    }
+    std::future::pending().await
+}
+
+/// Why the probes gave up on the run, once they do; never without probes.
+async fn gave_up(probing: &mut Option<tokio::task::JoinHandle<String>>) -> String {
+    match probing.as_mut() {
+        Some(task) => match task.await {
+            Ok(why) => why,
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 

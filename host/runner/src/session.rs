@@ -65,7 +65,12 @@ impl ExecTarget {
     }
 
     /// The command running `argv` (exactly those words, no shell) here; stdio is the caller's.
-    fn command(&self, argv: &[String], tty: bool, stdin: bool) -> Result<Command, String> {
+    pub(crate) fn command(
+        &self,
+        argv: &[String],
+        tty: bool,
+        stdin: bool,
+    ) -> Result<Command, String> {
         let Some((program, args)) = argv.split_first() else {
             return Err("failed to start the command: it is empty".to_owned());
         };

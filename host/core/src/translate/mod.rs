@@ -9,6 +9,7 @@ mod annotations;
 mod container;
 mod image_ref;
 mod pod_level;
+mod probes;
 mod volumes;
 
 use std::fmt;
@@ -20,6 +21,7 @@ use crate::workload::WorkloadSpec;
 
 pub use annotations::{ANNOTATION_PREFIX, KNOWN_ANNOTATIONS, MAX_EXPRESSION_BYTES};
 pub use container::GPU_RESOURCE;
+pub use probes::{ContainerProbe, first_probe_field, probes};
 
 /// One reason a Pod cannot be run by the virtual node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +70,9 @@ pub fn translate_pod(pod: &Pod) -> Result<WorkloadSpec, PodRefused> {
         Some(spec) => {
             pod_level::check_spec(spec, &mut refusals);
             volumes::mounts(spec, &mut refusals);
+            if let Some(c) = spec.containers.first() {
+                probes::check(c, "spec.containers[0]", &mut refusals);
+            }
             container::translate(spec, &mut refusals)
         }
         None => {

@@ -35,6 +35,18 @@ pub struct DesiredPod {
     /// When the running container started (RFC 3339), as its runner said; `None` keeps the
     /// Pod's start, or now.
     pub started_at: Option<String>,
+    /// What the container's probes say, as its runner reported: `None` (no probes) makes a
+    /// running container ready and started.
+    pub probed: Option<Probed>,
+}
+
+/// A running container's `ready` and `started`, as its probes decide them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probed {
+    /// Its readiness probe passes (or it has none) and it started.
+    pub ready: bool,
+    /// Its startup probe passed (or it has none).
+    pub started: bool,
 }
 
 /// A container's `lastState.terminated`.
@@ -95,6 +107,7 @@ impl DesiredPod {
             preempted: None,
             last_state: None,
             started_at: None,
+            probed: None,
         }
     }
 
@@ -110,6 +123,7 @@ impl DesiredPod {
             preempted: None,
             last_state: None,
             started_at: None,
+            probed: None,
         }
     }
 
@@ -128,6 +142,7 @@ impl DesiredPod {
             preempted: None,
             last_state: None,
             started_at: None,
+            probed: None,
         }
     }
 
@@ -151,7 +166,11 @@ impl DesiredPod {
     }
 
     fn ready(&self) -> bool {
-        self.container == Container::Running
+        self.container == Container::Running && self.probed.is_none_or(|p| p.ready)
+    }
+
+    fn started(&self) -> bool {
+        self.container == Container::Running && self.probed.is_none_or(|p| p.started)
     }
 }
 
@@ -200,6 +219,7 @@ fn container_matches(c: &ContainerStatus, want: &DesiredPod) -> bool {
             })
     });
     c.ready == want.ready()
+        && c.started == Some(want.started())
         && same_last
         && match &want.container {
             Container::Waiting { reason } => state
@@ -296,7 +316,7 @@ pub fn apply_body(pod: &Pod, want: &DesiredPod, host_ip: &str, now: &str) -> Val
             "containerStatuses": [{
                 "name": name, "image": image, "imageID": "",
                 "ready": want.ready(), "restartCount": want.restarts.max(old_restarts),
-                "started": want.ready(), "state": state,
+                "started": want.started(), "state": state,
             }],
         }
     });
@@ -461,6 +481,42 @@ mod tests {
             &DesiredPod::pending("Provisioning", "renting")
         ));
         assert!(!is_current(&pod(), &want));
+    }
+
+    #[test]
+    fn a_running_container_is_ready_and_started_as_its_probes_say() {
+        let probed = |ready, started| DesiredPod {
+            probed: Some(Probed { ready, started }),
+            ..DesiredPod::running()
+        };
+        let body = apply_body(
+            &pod(),
+            &probed(false, true),
+            "10.0.0.1",
+            "2026-12-03T07:00:00Z",
+        );
+        let s = &body["status"];
+        assert_eq!(s["containerStatuses"][0]["ready"], false);
+        assert_eq!(s["containerStatuses"][0]["started"], true);
+        assert_eq!(s["conditions"][1]["status"], "False", "ContainersReady");
+        assert_eq!(s["conditions"][2]["status"], "False", "Ready");
+        let written = with_status(&pod(), &body);
+        assert!(is_current(&written, &probed(false, true)));
+        assert!(
+            !is_current(&written, &probed(true, true)),
+            "readiness changed"
+        );
+        assert!(
+            !is_current(&written, &DesiredPod::running()),
+            "no probes: ready"
+        );
+        let ready = apply_body(
+            &written,
+            &probed(true, true),
+            "10.0.0.1",
+            "2026-12-03T07:00:05Z",
+        );
+        assert_eq!(ready["status"]["conditions"][2]["status"], "True");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use neocloud_core::{
 };
 
 use super::attempts::{class_reason, count_failed, rfc3339};
-use super::pod_status::{Container, DesiredPod, LastState, apply_body, is_current};
+use super::pod_status::{Container, DesiredPod, LastState, Probed, apply_body, is_current};
 use super::recorder::write_status;
 use super::release::{Ending, Release, binding_key};
 use super::rerent::{RERENT_BACKOFF, rerent_backoff};
@@ -110,6 +110,13 @@ impl Reconciler {
 
     fn translate(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
         let w = translate_pod(pod).map_err(|e| e.to_string())?;
+        let kube = neocloud_core::ProviderId::Kube;
+        let remote_cluster = self.provider(kube).is_some()
+            && (w.providers.is_empty() || w.providers.contains(&kube));
+        let runners = self.cfg.runners.as_deref();
+        if let Some(refused) = super::probes::unhonoured(pod, runners, remote_cluster) {
+            return Err(refused);
+        }
         let mut planner = self.planner.clone();
         if let Some(src) = &w.constraint {
             let expr = self.cel.compile_constraint(src).map_err(|e| {
@@ -401,6 +408,7 @@ impl Reconciler {
                     if let Some(note) = started {
                         self.event(pod, false, "Started", note).await;
                     }
+                    self.unhealthy_events(pod).await;
                 };
                 let (written, ()) = tokio::join!(write, events);
                 written?;
@@ -528,7 +536,31 @@ impl Reconciler {
             }
             _ => want.started_at = in_place.started_at.map(rfc3339),
         }
+        if runner == Some(RunnerStatus::Running) {
+            want.probed = self.runner_probes(pod).map(|p| Probed {
+                ready: p.ready,
+                started: p.started,
+            });
+        }
         want
+    }
+
+    /// What the Pod's runner last said of its probes.
+    fn runner_probes(&self, pod: &Pod) -> Option<neocloud_protocol::ProbeStatus> {
+        let uid = pod.uid().unwrap_or_default();
+        self.cfg.runners.as_ref()?.probes(&uid)
+    }
+
+    /// Publishes the `Unhealthy` events of the probes that failed since the last reconcile,
+    /// as a kubelet words them (repeats fold into a series).
+    async fn unhealthy_events(&self, pod: &Pod) {
+        let uid = pod.uid().unwrap_or_default();
+        let Some(runners) = self.cfg.runners.as_ref() else {
+            return;
+        };
+        for note in runners.take_unhealthy(&uid) {
+            self.event(pod, true, "Unhealthy", note).await;
+        }
     }
 
     /// How many times the Pod may be rented again on a new machine: its BurstPolicy's

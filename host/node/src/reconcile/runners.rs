@@ -40,6 +40,7 @@ use crate::callback::{
     RunnerState, Termination, Workload,
 };
 use crate::callback::{UserDataOptions, render_container_start, render_user_data};
+use neocloud_protocol::ProbeStatus;
 
 /// What the node knows of a binding's runner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +78,10 @@ struct Entry {
     mounts: Vec<neocloud_core::files::FileMount>,
     /// What the runner last said of restarts in place.
     in_place: InPlace,
+    /// What its probes last said (`None` from a runner that runs none).
+    probes: Option<ProbeStatus>,
+    /// The notes of failed checks not yet published as `Unhealthy` events.
+    unhealthy: Vec<String>,
 }
 
 /// A runner's restarts of the workload on its machine, as it last reported them.
@@ -152,6 +157,11 @@ impl Runners {
             || (self.containers.contains(&provider) && container_runner(pod))
     }
 
+    /// The container providers, which run a Pod through the runner only when it can be.
+    pub fn containers(&self) -> &[ProviderId] {
+        &self.containers
+    }
+
     /// The providers whose instances the runner runs whatever the Pod.
     pub fn providers(&self) -> &[ProviderId] {
         &self.providers
@@ -186,6 +196,8 @@ impl Runners {
             launched: None,
             mounts: files.mounts.clone(),
             in_place: InPlace::default(),
+            probes: None,
+            unhealthy: Vec::new(),
         };
         self.state.lock().insert(uid, entry);
         let user_data = render_user_data(
@@ -240,6 +252,9 @@ impl Runners {
             launched: Some(Instant::now()),
             mounts: files.mounts.clone(),
             in_place: InPlace::default(),
+            // Until its runner says, a probed Pod keeps the readiness it showed.
+            probes: super::probes::for_runner(pod).and(shown_probes(pod)),
+            unhealthy: Vec::new(),
         };
         self.state.lock().entry(uid).or_insert(entry);
     }
@@ -265,6 +280,20 @@ impl Runners {
             .lock()
             .get(uid)
             .map(|e| e.in_place.clone())
+            .unwrap_or_default()
+    }
+
+    /// What the probes of the Pod with this uid last said (its container's `ready` and
+    /// `started`); `None` when its runner runs no probes or has not said yet.
+    pub fn probes(&self, uid: &str) -> Option<ProbeStatus> {
+        self.state.lock().get(uid).and_then(|e| e.probes.clone())
+    }
+
+    /// The notes of the failed checks of the Pod with this uid since the last call, for its
+    /// `Unhealthy` events.
+    pub fn take_unhealthy(&self, uid: &str) -> Vec<String> {
+        (self.state.lock().get_mut(uid))
+            .map(|e| std::mem::take(&mut e.unhealthy))
             .unwrap_or_default()
     }
 
@@ -379,6 +408,9 @@ impl Runners {
                 return;
             }
             entry.status = status;
+            if let RunnerEventKind::State(report) = &event.kind {
+                record_probes(entry, report);
+            }
             // A heartbeat's news (no restart count) keeps what the reports said.
             if let Some(news) = in_place.filter(|n| n.restart_count > 0 || n.last.is_some()) {
                 entry.in_place = news;
@@ -389,6 +421,36 @@ impl Runners {
         };
         tracing::info!(pod = %pod, ?status, "runner reported");
         let _ = self.trigger.send(pod);
+    }
+}
+
+/// The `ready` and `started` a running Pod shows, as an earlier process wrote them.
+fn shown_probes(pod: &Pod) -> Option<ProbeStatus> {
+    let c = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
+    Some(ProbeStatus {
+        ready: c.ready,
+        started: c.started.unwrap_or(c.ready),
+        failure: None,
+    })
+}
+
+/// Keeps what a report says of the probes (a runner that runs them says so with each report of
+/// a run, a new run included); a run's end clears them, and a failed check waits for its
+/// event.
+fn record_probes(entry: &mut Entry, report: &neocloud_protocol::StatusReport) {
+    match &report.probes {
+        Some(said) => {
+            let mut said = said.clone();
+            if let Some(failure) = said.failure.take() {
+                // Bounded: the events go out at the next reconcile, which a report triggers.
+                if entry.unhealthy.len() < 16 {
+                    entry.unhealthy.push(failure.note());
+                }
+            }
+            entry.probes = Some(said);
+        }
+        None if report.state == RunnerState::Running => {}
+        None => entry.probes = None,
     }
 }
 
@@ -413,7 +475,8 @@ pub fn container_runner(pod: &Pod) -> bool {
 pub const RUNNER_ANNOTATION: &str = "cloud.aibrix.ai/runner";
 
 /// What the runner fetches: the workload with its environment and files resolved, and the
-/// Pod's restart policy (the callback gives it only to runners that restart in place).
+/// Pod's restart policy and probes (the callback gives them only to runners that restart in
+/// place and run probes).
 fn workload(pod: &Pod, w: &WorkloadSpec, env: &[(String, String)], files: &PodFiles) -> Workload {
     let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
     Workload {
@@ -430,6 +493,7 @@ fn workload(pod: &Pod, w: &WorkloadSpec, env: &[(String, String)], files: &PodFi
             .collect(),
         working_dir: None,
         files: files.files.clone(),
+        probes: super::probes::for_runner(pod),
     }
 }
 

@@ -316,6 +316,20 @@ impl World {
 }
 
 /// The pids of runner processes talking to this callback port.
+/// A script named `neocloud-runner` (the simulator and `runner_pids` know runners by that
+/// name) that starts the real runner with its restart back-off shortened to `seconds`.
+pub fn runner_with_backoff(dir: &std::path::Path, seconds: f64) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("neocloud-runner");
+    let text = format!(
+        "#!/bin/sh\nexport NEOCLOUD_RUNNER_RESTART_BACKOFF={seconds}s\nexec '{}' \"$@\"\n",
+        crate::runner_bin::runner_binary().display()
+    );
+    std::fs::write(&script, text).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
 pub fn runner_pids(callback_port: u16) -> Vec<i32> {
     let needle = format!("127.0.0.1:{callback_port}");
     let mut pids = Vec::new();

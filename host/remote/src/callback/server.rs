@@ -320,21 +320,29 @@ async fn refresh(State(state): AppState, Authed(uid, rental): Authed) -> Respons
     session_response(&state, state.refresh(&uid, rental))
 }
 
-/// The workload; its restart policy only for a runner that says it restarts in place (an
-/// older runner refuses a field it does not know, and leaves restarts to the node).
+/// The workload; its restart policy only for a runner that says it restarts in place, and its
+/// probes only for one that says it runs them (an older runner refuses a field it does not
+/// know, and leaves restarts to the node).
 async fn workload(
     State(state): AppState,
     Authed(uid, rental): Authed,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let restarts_in_place = query.as_deref().is_some_and(|q| {
-        q.split('&')
-            .any(|pair| pair == neocloud_protocol::WORKLOAD_RESTARTS_QUERY)
-    });
+    let asked = |what: &str| {
+        query
+            .as_deref()
+            .is_some_and(|q| q.split('&').any(|pair| pair == what))
+    };
     match state.workload(&uid, rental) {
         Ok(mut workload) => {
-            if !restarts_in_place {
+            if !asked(neocloud_protocol::WORKLOAD_RESTARTS_QUERY) {
                 workload.restart_policy = None;
+            }
+            if !asked(neocloud_protocol::WORKLOAD_PROBES_QUERY) {
+                if workload.probes.is_some() {
+                    tracing::warn!(binding = %uid, "callback: the runner does not run probes; the Pod's probes are not run");
+                }
+                workload.probes = None;
             }
             no_store(Json(workload).into_response())
         }

@@ -214,14 +214,23 @@ async fn logs_are_appended_from_ndjson_and_bad_records_refused() {
 async fn a_restart_in_place_keeps_the_last_run_s_log_as_the_previous_one() {
     let (server, mut events) = start(config()).await;
     let handle = server.handle();
+    let tcp = neocloud_protocol::ProbeAction::TcpSocket {
+        host: String::new(),
+        port: 8000,
+    };
     let always = Workload {
         restart_policy: Some(neocloud_protocol::RestartPolicy::Always),
+        probes: Some(neocloud_protocol::Probes {
+            readiness: Some(neocloud_protocol::Probe::new(tcp)),
+            ..Default::default()
+        }),
         ..workload("a")
     };
     let token = handle.register("uid-a", 1, always.clone()).expect("a");
     let a = client(&server);
     a.exchange(&token).await.expect("exchange");
-    // A runner that restarts in place is given the policy; one that does not ask is not.
+    // A runner that restarts in place and runs probes is given the policy and the probes; one
+    // that does not ask is given neither.
     assert_eq!(a.workload().await.expect("workload"), always);
     let token_b = handle.register("uid-b", 1, always.clone()).expect("b");
     let http = raw(&server);
@@ -236,6 +245,7 @@ async fn a_restart_in_place_keeps_the_last_run_s_log_as_the_previous_one() {
         .expect("get");
     let old: serde_json::Value = old.json().await.expect("json");
     assert!(old.get("restartPolicy").is_none(), "{old}");
+    assert!(old.get("probes").is_none(), "{old}");
 
     let line = |run: u32, text: &str| {
         let record = LogRecord {

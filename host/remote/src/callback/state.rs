@@ -387,7 +387,8 @@ impl State {
     }
 
     /// A state report. A repeat of the state already known (a runner retrying a report whose
-    /// answer it lost, as across a leader change) is a sign of life and no news. A restart in
+    /// answer it lost, as across a leader change) is a sign of life and no news, unless it says
+    /// what the probes found. A restart in
     /// place moves the log on to a new run (`Running` with a higher restart count), and a run
     /// that ended waiting for its restart (`BackOff`) becomes the previous one.
     pub async fn report(
@@ -398,8 +399,10 @@ impl State {
     ) -> Result<(), CallbackError> {
         let exited = report.state == RunnerState::Exited;
         let (logs, repeat) = self.touch(uid, rental, |entry| {
-            let repeat =
-                entry.state == Some(report.state) && entry.restarts == report.restart_count;
+            // What the probes say is news each time (a failure is an event).
+            let repeat = entry.state == Some(report.state)
+                && entry.restarts == report.restart_count
+                && report.probes.is_none();
             entry.exited |= exited;
             entry.state = Some(report.state);
             entry.restarts = report.restart_count;
