@@ -27,6 +27,7 @@ pub fn operation_label(operation: Operation) -> &'static str {
         Operation::Health => "health",
         Operation::Logs => "logs",
         Operation::Session => "open_session",
+        Operation::Credential => "registry_credential",
     }
 }
 
