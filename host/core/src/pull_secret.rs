@@ -79,8 +79,12 @@ pub struct ConfigEntry {
 /// The entries of a `.dockerconfigjson`, in the order of their keys.
 pub fn parse_docker_config(bytes: &[u8]) -> Result<Vec<ConfigEntry>, PullSecretError> {
     let config: DockerConfig = serde_json::from_slice(bytes).map_err(|e| {
-        // serde's message names the position, never the value.
-        PullSecretError::Malformed(format!("line {} column {}", e.line(), e.column()))
+        // Only the kind and the position: serde's own message may quote a value.
+        let what = match e.classify() {
+            serde_json::error::Category::Data => "want {\"auths\": {REGISTRY: {...}}}",
+            _ => "invalid JSON",
+        };
+        PullSecretError::Malformed(format!("{what} at line {} column {}", e.line(), e.column()))
     })?;
     config
         .auths
@@ -268,7 +272,9 @@ mod tests {
         let err =
             parse_docker_config(br#"{"auths":{"ghcr.io":{"auth":"bm9jb2xvbg=="}}}"#).unwrap_err();
         assert_eq!(err, PullSecretError::NoLogin("ghcr.io".into()));
-        assert!(parse_docker_config(br#"{"other":{}}"#).is_err());
+        let err = parse_docker_config(br#"{"auths":{"ghcr.io":"hunter2"}}"#).unwrap_err();
+        assert!(err.to_string().contains("want {\"auths\""), "{err}");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 
     #[test]

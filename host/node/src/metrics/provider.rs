@@ -157,6 +157,16 @@ impl Provider for InstrumentedProvider {
         self.timed(Operation::Health, self.inner.health()).await
     }
 
+    async fn list_credentials(&self, prefix: &str) -> Result<Vec<(String, String)>, ProviderError> {
+        let listed = self.inner.list_credentials(prefix);
+        self.timed(Operation::Credential, listed).await
+    }
+
+    async fn delete_credential(&self, id: &str) -> Result<(), ProviderError> {
+        let deleted = self.inner.delete_credential(id);
+        self.timed(Operation::Credential, deleted).await
+    }
+
     /// Not timed: a stream's life is the reader's, not the provider's answer time.
     async fn logs(
         &self,

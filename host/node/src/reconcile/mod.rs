@@ -24,6 +24,7 @@ mod files;
 mod placing;
 mod pod_status;
 mod pods;
+mod pull_secrets;
 mod rebuild;
 mod receipts;
 mod recorder;

@@ -1,0 +1,181 @@
+//! Private images end to end: the reconciler on the real control plane with the simulators
+//! configured with a private registry. A Pod whose image is on it rents on RunPod only with its
+//! `imagePullSecrets`: the pod pulls with a registry credential made for the rental, named
+//! under the cluster's prefix, which is gone once the Pod is deleted. A pull secret that is
+//! missing, of another type, malformed or without an entry for the image's registry keeps the
+//! Pod pending with the field named, and nothing is rented. The password appears in no event,
+//! Pod status or binding.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use neocloud_cloudsim::{CloudSim, CloudSimConfig, PrivateRegistry, SimConfig};
+use serde_json::json;
+
+mod support;
+use support::world::{World, reason, running};
+
+const IMAGE: &str = "registry.example.com/team/model:1";
+const PASSWORD: &str = "pw-7f3a91-do-not-leak";
+
+async fn sims() -> CloudSim {
+    let private = SimConfig {
+        private_registries: vec![PrivateRegistry {
+            host: "registry.example.com".into(),
+            username: "bot".into(),
+            password: PASSWORD.into(),
+        }],
+        ..SimConfig::fast()
+    };
+    CloudSim::start(CloudSimConfig {
+        runpod: private.clone(),
+        lambda: SimConfig::fast(),
+        vast: private,
+    })
+    .await
+    .unwrap()
+}
+
+async fn secret(world: &World, name: &str, kind: &str, config: &str) {
+    let data = BTreeMap::from([(
+        ".dockerconfigjson".to_owned(),
+        ByteString(config.as_bytes().to_vec()),
+    )]);
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        type_: Some(kind.into()),
+        data: Some(data),
+        ..Secret::default()
+    };
+    let secrets: Api<Secret> = Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+async fn create(world: &World, name: &str, pull_secret: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": {"cloud.aibrix.ai/providers": "runpod"}},
+        "spec": {
+            "nodeName": world.node,
+            "restartPolicy": "Never",
+            "imagePullSecrets": [{"name": pull_secret}],
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+            "containers": [{"name": "main", "image": IMAGE,
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        }
+    }))
+    .unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+/// Everything the cluster shows about a Pod: its status, its binding and its events.
+async fn shown(world: &World, name: &str) -> String {
+    let pod = world.pods().get(name).await.unwrap();
+    let binding = world.bindings().get_opt(name).await.unwrap();
+    let events = world.events(name).await;
+    format!(
+        "{}\n{}\n{events:?}",
+        serde_json::to_string(&pod.status).unwrap(),
+        serde_json::to_string(&binding).unwrap()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_private_image_rents_on_runpod_only_with_its_pull_secret_and_the_credential_goes_with_the_pod()
+ {
+    let world = World::with_sims("priv-img", sims().await).await;
+    let config =
+        json!({"auths": {"registry.example.com": {"username": "bot", "password": PASSWORD}}});
+    secret(
+        &world,
+        "regcred",
+        "kubernetes.io/dockerconfigjson",
+        &config.to_string(),
+    )
+    .await;
+    secret(&world, "opaque", "Opaque", &config.to_string()).await;
+    // The API server checks that it is JSON; not that it is a docker config.
+    let garbled = json!({"auths": {"registry.example.com": PASSWORD}}).to_string();
+    secret(
+        &world,
+        "garbled",
+        "kubernetes.io/dockerconfigjson",
+        &garbled,
+    )
+    .await;
+    let other = json!({"auths": {"ghcr.io": {"username": "bot", "password": PASSWORD}}});
+    secret(
+        &world,
+        "ghcr",
+        "kubernetes.io/dockerconfigjson",
+        &other.to_string(),
+    )
+    .await;
+
+    let refusals = [
+        (
+            "missing",
+            "absent",
+            "spec.imagePullSecrets[0].name \"absent\": Secret absent does not exist",
+        ),
+        (
+            "wrong-type",
+            "opaque",
+            "has type Opaque, want kubernetes.io/dockerconfigjson",
+        ),
+        (
+            "malformed",
+            "garbled",
+            "spec.imagePullSecrets[0].name \"garbled\": .dockerconfigjson is not a docker config",
+        ),
+        (
+            "other-registry",
+            "ghcr",
+            "no entry for registry registry.example.com",
+        ),
+    ];
+    for (pod, pull_secret, _) in refusals {
+        create(&world, pod, pull_secret).await;
+    }
+    for (pod, _, expected) in refusals {
+        let waiting = world
+            .wait_pod(pod, "refused for its pull secret", |p| {
+                reason(p) == Some("ImagePullSecretError")
+            })
+            .await;
+        let message = waiting.status.unwrap().message.unwrap_or_default();
+        assert!(message.contains(expected), "{pod}: {message}");
+        assert!(!shown(&world, pod).await.contains(PASSWORD), "{pod}");
+    }
+    assert!(world.sims.ledger().entries.is_empty(), "nothing is rented");
+
+    create(&world, "private", "regcred").await;
+    world.wait_pod("private", "Running", running).await;
+    let external = world.binding("private").await.spec.external_name;
+    assert!(external.starts_with("ncn-test-"), "{external}");
+    assert_eq!(world.sims.runpod.registry_names(), [external.clone()]);
+    assert!(!shown(&world, "private").await.contains(PASSWORD));
+
+    world
+        .pods()
+        .delete("private", &DeleteParams::default())
+        .await
+        .unwrap();
+    world.wait_gone("private").await;
+    assert!(
+        world.sims.runpod.registry_names().is_empty(),
+        "the credential of {external} outlived its pod"
+    );
+}
