@@ -20,6 +20,7 @@ fn workload() -> Workload {
         working_dir: Some("/work".into()),
         files: Vec::new(),
         restart_policy: None,
+        registry_login: None,
     }
 }
 
@@ -73,6 +74,7 @@ fn nothing_from_the_pod_is_read_as_a_docker_option() {
         working_dir: Some("--pid=host".into()),
         files: vec![],
         restart_policy: None,
+        registry_login: None,
     };
     let args = docker_args(
         &w,

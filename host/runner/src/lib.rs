@@ -26,6 +26,7 @@ pub mod backoff;
 mod client;
 mod executor;
 mod files;
+mod pull;
 mod session;
 mod shipper;
 mod stats;
@@ -469,6 +470,13 @@ impl Runs<'_> {
         let Some(logs) = self.logs.as_ref() else {
             return Ok(Err("the log channel is closed".into()));
         };
+        // A private image is pulled with its login before the first run; later runs find it.
+        if args.executor == ExecutorKind::Docker
+            && self.restarts == 0
+            && let Err(e) = pull::pull_private(self.workload).await
+        {
+            return Ok(Err(e.to_string()));
+        }
         let started = executor::start(
             args.executor,
             self.workload,

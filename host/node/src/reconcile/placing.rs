@@ -175,7 +175,7 @@ impl Reconciler {
             Some(runners) => {
                 let rental = status.runner_rental.map_or(1, |r| r + 1);
                 status.runner_rental = Some(rental);
-                match runners.boot(pod, rental, &w, &env, &files) {
+                match runners.boot(pod, rental, &w, &env, &files, registry_login.as_ref()) {
                     Ok(boot) => Some(boot),
                     Err(e) => {
                         return self
