@@ -165,7 +165,10 @@ async fn a_private_image_rents_on_runpod_only_with_its_pull_secret_and_the_crede
     world.wait_pod("private", "Running", running).await;
     let external = world.binding("private").await.spec.external_name;
     assert!(external.starts_with("ncn-test-"), "{external}");
-    assert_eq!(world.sims.runpod.registry_names(), [external.clone()]);
+    assert_eq!(
+        world.sims.runpod.registry_names(),
+        std::slice::from_ref(&external)
+    );
     assert!(!shown(&world, "private").await.contains(PASSWORD));
 
     world
