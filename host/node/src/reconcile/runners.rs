@@ -502,3 +502,34 @@ impl Reconciler {
         runners.status(&uid)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_login_reaches_the_runner_in_its_workload_and_debug_hides_it() {
+        let login = RegistryCredential {
+            server: "registry.example.com".into(),
+            username: "bot".into(),
+            password: "hunter2".into(),
+        };
+        let w = neocloud_fixtures::workload();
+        let files = PodFiles::default();
+        let with = workload(&Pod::default(), &w, &[], &files, Some(&login));
+        let sent = with.registry_login.clone().expect("the login is sent");
+        assert_eq!(
+            (sent.server.as_str(), sent.password.as_str()),
+            ("registry.example.com", "hunter2")
+        );
+        assert!(!format!("{with:?}").contains("hunter2"));
+        let without = workload(&Pod::default(), &w, &[], &files, None);
+        assert!(without.registry_login.is_none());
+        // A public image's workload has no such field, for runners from before private images.
+        assert!(
+            !serde_json::to_string(&without)
+                .unwrap()
+                .contains("registryLogin")
+        );
+    }
+}
