@@ -3,7 +3,8 @@
 //! `imagePullSecrets`: the pod pulls with a registry credential made for the rental, named
 //! under the cluster's prefix, which is gone once the Pod is deleted. A pull secret that is
 //! missing, of another type, malformed or without an entry for the image's registry keeps the
-//! Pod pending with the field named, and nothing is rented. The password appears in no event,
+//! Pod pending with the field named, and nothing is rented. On Vast.ai the login goes as
+//! `image_login`, and without it the instance fails with the pull refused. The password appears in no event,
 //! Pod status or binding.
 
 use std::collections::BTreeMap;
@@ -61,12 +62,20 @@ async fn secret(world: &World, name: &str, kind: &str, config: &str) {
 }
 
 async fn create(world: &World, name: &str, pull_secret: &str) {
+    create_on(world, name, "runpod", Some(pull_secret)).await;
+}
+
+async fn create_on(world: &World, name: &str, provider: &str, pull_secret: Option<&str>) {
+    let secrets: Vec<_> = pull_secret
+        .map(|s| json!({"name": s}))
+        .into_iter()
+        .collect();
     let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "annotations": {"cloud.aibrix.ai/providers": "runpod"}},
+        "metadata": {"name": name, "annotations": {"cloud.aibrix.ai/providers": provider}},
         "spec": {
             "nodeName": world.node,
             "restartPolicy": "Never",
-            "imagePullSecrets": [{"name": pull_secret}],
+            "imagePullSecrets": secrets,
             "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
             "containers": [{"name": "main", "image": IMAGE,
                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
@@ -181,4 +190,29 @@ async fn a_private_image_rents_on_runpod_only_with_its_pull_secret_and_the_crede
         world.sims.runpod.registry_names().is_empty(),
         "the credential of {external} outlived its pod"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_vast_a_private_image_runs_with_its_pull_secret_and_fails_to_pull_without() {
+    let world = World::with_sims("priv-vast", sims().await).await;
+    let config =
+        json!({"auths": {"registry.example.com": {"username": "bot", "password": PASSWORD}}});
+    secret(
+        &world,
+        "regcred",
+        "kubernetes.io/dockerconfigjson",
+        &config.to_string(),
+    )
+    .await;
+    create_on(&world, "with-secret", "vast", Some("regcred")).await;
+    create_on(&world, "without", "vast", None).await;
+    world.wait_pod("with-secret", "Running", running).await;
+    assert!(!shown(&world, "with-secret").await.contains(PASSWORD));
+    let failed = world
+        .wait_pod("without", "failed to pull", |p| {
+            reason(p) == Some("InstanceFailed")
+        })
+        .await;
+    let message = failed.status.unwrap().message.unwrap_or_default();
+    assert!(message.contains("pull access denied"), "{message}");
 }
