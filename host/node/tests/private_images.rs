@@ -89,6 +89,15 @@ async fn create_on(world: &World, name: &str, provider: &str, pull_secret: Optio
         .unwrap();
 }
 
+/// The Secret `regcred` with the private registry's login, and its docker config.
+async fn regcred(world: &World) -> serde_json::Value {
+    let config =
+        json!({"auths": {"registry.example.com": {"username": "bot", "password": PASSWORD}}});
+    let kind = "kubernetes.io/dockerconfigjson";
+    secret(world, "regcred", kind, &config.to_string()).await;
+    config
+}
+
 /// Everything the cluster shows about a Pod: its status, its binding and its events.
 async fn shown(world: &World, name: &str) -> String {
     let pod = world.pods().get(name).await.unwrap();
@@ -105,15 +114,7 @@ async fn shown(world: &World, name: &str) -> String {
 async fn a_private_image_rents_on_runpod_only_with_its_pull_secret_and_the_credential_goes_with_the_pod()
  {
     let world = World::with_sims("priv-img", sims().await).await;
-    let config =
-        json!({"auths": {"registry.example.com": {"username": "bot", "password": PASSWORD}}});
-    secret(
-        &world,
-        "regcred",
-        "kubernetes.io/dockerconfigjson",
-        &config.to_string(),
-    )
-    .await;
+    let config = regcred(&world).await;
     secret(&world, "opaque", "Opaque", &config.to_string()).await;
     // The API server checks that it is JSON; not that it is a docker config.
     let garbled = json!({"auths": {"registry.example.com": PASSWORD}}).to_string();
@@ -195,15 +196,7 @@ async fn a_private_image_rents_on_runpod_only_with_its_pull_secret_and_the_crede
 #[tokio::test(flavor = "multi_thread")]
 async fn on_vast_a_private_image_runs_with_its_pull_secret_and_fails_to_pull_without() {
     let world = World::with_sims("priv-vast", sims().await).await;
-    let config =
-        json!({"auths": {"registry.example.com": {"username": "bot", "password": PASSWORD}}});
-    secret(
-        &world,
-        "regcred",
-        "kubernetes.io/dockerconfigjson",
-        &config.to_string(),
-    )
-    .await;
+    regcred(&world).await;
     create_on(&world, "with-secret", "vast", Some("regcred")).await;
     create_on(&world, "without", "vast", None).await;
     world.wait_pod("with-secret", "Running", running).await;

@@ -44,7 +44,9 @@ pub struct Workload {
     pub registry_login: Option<RegistryLogin>,
 }
 
-/// A login to one container registry. `Debug` never shows the password.
+/// A login to one container registry. `Debug` never shows the password. The node's
+/// `neocloud_core::RegistryCredential` on the wire: the runner does not link `neocloud-core`
+/// (nor its Kubernetes types), so the protocol keeps its own copy of the three fields.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegistryLogin {

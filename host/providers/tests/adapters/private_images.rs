@@ -32,6 +32,12 @@ fn private(name: &str, offer: &Offer, password: Option<&str>) -> CreateRequest {
     r
 }
 
+/// Rents the private image under `name` at the cheapest offer, with `password` if any.
+async fn rent(p: &dyn Provider, name: &str, password: Option<&str>) -> InstanceState {
+    let offer = cheapest(p).await;
+    p.create(&private(name, &offer, password)).await.unwrap()
+}
+
 /// The instance's phase once the simulator has had time to start it.
 async fn settled(p: &dyn Provider, created: &InstanceState) -> InstanceState {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -45,11 +51,7 @@ async fn settled(p: &dyn Provider, created: &InstanceState) -> InstanceState {
 async fn runpod_pulls_a_private_image_with_a_credential_made_for_the_rental_and_deleted_with_it() {
     let sim = RunpodSim::start(sim_config()).await.unwrap();
     let p = runpod(&sim);
-    let offer = cheapest(&p).await;
-    let pod = p
-        .create(&private("ncn-t-private-1", &offer, Some("s3cret pass")))
-        .await
-        .unwrap();
+    let pod = rent(&p, "ncn-t-private-1", Some("s3cret pass")).await;
     assert_eq!(sim.registry_names(), ["ncn-t-private-1"]);
     let got = raw(
         format!("{}/v2/pods/{}", sim.base_url(), pod.id),
@@ -72,9 +74,8 @@ async fn runpod_pulls_a_private_image_with_a_credential_made_for_the_rental_and_
 async fn runpod_refuses_a_private_image_pulled_without_the_right_login() {
     let sim = RunpodSim::start(sim_config()).await.unwrap();
     let p = runpod(&sim);
-    let offer = cheapest(&p).await;
     for (name, password) in [("ncn-t-none", None), ("ncn-t-wrong", Some("wrong"))] {
-        let pod = p.create(&private(name, &offer, password)).await.unwrap();
+        let pod = rent(&p, name, password).await;
         let state = settled(&p, &pod).await;
         assert_eq!(state.phase, InstancePhase::Failed, "{name}: {state:?}");
         p.delete(&pod.id).await.unwrap();
@@ -86,11 +87,7 @@ async fn runpod_refuses_a_private_image_pulled_without_the_right_login() {
 async fn a_stale_runpod_credential_is_listed_and_deleted_by_id() {
     let sim = RunpodSim::start(sim_config()).await.unwrap();
     let p = runpod(&sim);
-    let offer = cheapest(&p).await;
-    let pod = p
-        .create(&private("ncn-t-stale", &offer, Some("s3cret pass")))
-        .await
-        .unwrap();
+    let pod = rent(&p, "ncn-t-stale", Some("s3cret pass")).await;
     // Gone behind the adapter's back: its credential is left for the sweeper.
     let url = format!("{}/v2/pods/{}", sim.base_url(), pod.id);
     let client = reqwest::Client::new();
@@ -112,18 +109,10 @@ async fn a_stale_runpod_credential_is_listed_and_deleted_by_id() {
 async fn vast_pulls_a_private_image_with_image_login_and_refuses_it_without() {
     let sim = VastSim::start(sim_config()).await.unwrap();
     let p = vast(&sim);
-    let offer = cheapest(&p).await;
-    let ok = p
-        .create(&private("ncn-t-vast-1", &offer, Some("s3cret pass")))
-        .await
-        .unwrap();
+    let ok = rent(&p, "ncn-t-vast-1", Some("s3cret pass")).await;
     assert_eq!(settled(&p, &ok).await.phase, InstancePhase::Running);
 
-    let offer = cheapest(&p).await;
-    let refused = p
-        .create(&private("ncn-t-vast-2", &offer, None))
-        .await
-        .unwrap();
+    let refused = rent(&p, "ncn-t-vast-2", None).await;
     let state = settled(&p, &refused).await;
     assert_eq!(state.phase, InstancePhase::Failed, "{state:?}");
     let message = state.message.unwrap_or_default();
