@@ -4,17 +4,17 @@
 //! ([`neocloud_core::pull_secret::login_for`]). Every provider gets it with the create (RunPod a
 //! registry credential, Vast `image_login`, the runner a `docker login`).
 //!
-//! A Pod that names pull secrets rents only when one of them logs in to its image's registry: a
-//! missing Secret, a wrong type, a malformed config or no entry for the registry keeps it
-//! pending with the field and the value named, and nothing is rented. Credentials never appear
-//! in errors or logs. Not for the environment (see `env`) or files (see `files`).
+//! A missing Secret, a wrong type or a malformed config keeps the Pod pending with the field and
+//! the value named, and nothing is rented. Secrets with no entry for the image's registry give
+//! no login, and the image is pulled anonymously, as a kubelet does: a public image with a
+//! ServiceAccount's pull secret for another registry runs. Credentials never appear in errors
+//! or logs. Not for the environment (see `env`) or files (see `files`).
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::{Api, Client, ResourceExt};
 use neocloud_core::RegistryCredential;
 use neocloud_core::pull_secret::{
-    ConfigEntry, DOCKER_CONFIG_JSON_KEY, DOCKER_CONFIG_JSON_TYPE, image_registry, login_for,
-    parse_docker_config,
+    ConfigEntry, DOCKER_CONFIG_JSON_KEY, DOCKER_CONFIG_JSON_TYPE, login_for, parse_docker_config,
 };
 
 /// The reason on a Pod whose pull secrets cannot be used.
@@ -33,18 +33,6 @@ pub enum PullSecretError {
         /// What is wrong with it.
         problem: String,
     },
-    /// None of them has an entry for the image's registry.
-    #[error(
-        "spec.imagePullSecrets: no entry for registry {registry} (of image {image:?}) in {names:?}"
-    )]
-    NoEntry {
-        /// The image's registry host.
-        registry: String,
-        /// The image.
-        image: String,
-        /// The secrets' names.
-        names: Vec<String>,
-    },
     /// Reading a Secret failed.
     #[error("failed to read Secret {name}: {source}")]
     Read {
@@ -55,7 +43,8 @@ pub enum PullSecretError {
     },
 }
 
-/// The login for `image` from the Pod's pull secrets; `None` when it names none.
+/// The login for `image` from the Pod's pull secrets; `None` when it names none, or none of
+/// them has an entry for the image's registry.
 pub async fn resolve(
     client: &Client,
     pod: &Pod,
@@ -85,15 +74,16 @@ pub async fn resolve(
             })?;
         read.push((name.clone(), secret));
     }
-    login(image, &read).map(Some)
+    login(image, &read)
 }
 
 /// The login for `image` from `secrets` (each by name, `None` if it does not exist), in Pod
-/// order. Pure: the decisions of [`resolve`] are exactly this function's.
+/// order; `None` when none has an entry for its registry. Pure: the decisions of [`resolve`]
+/// are exactly this function's.
 pub fn login(
     image: &str,
     secrets: &[(String, Option<Secret>)],
-) -> Result<RegistryCredential, PullSecretError> {
+) -> Result<Option<RegistryCredential>, PullSecretError> {
     let mut entries: Vec<ConfigEntry> = Vec::new();
     for (index, (name, secret)) in secrets.iter().enumerate() {
         let unusable = |problem: String| PullSecretError::Unusable {
@@ -103,14 +93,7 @@ pub fn login(
         };
         entries.extend(secret_entries(name, secret.as_ref()).map_err(unusable)?);
     }
-    match login_for(image, &entries) {
-        Some(login) => Ok(login.clone()),
-        None => Err(PullSecretError::NoEntry {
-            registry: image_registry(image).0,
-            image: image.to_owned(),
-            names: secrets.iter().map(|(n, _)| n.clone()).collect(),
-        }),
-    }
+    Ok(login_for(image, &entries).cloned())
 }
 
 fn secret_entries(name: &str, secret: Option<&Secret>) -> Result<Vec<ConfigEntry>, String> {
@@ -168,7 +151,7 @@ mod tests {
             ),
             ("regcred".to_owned(), secret(DOCKER_CONFIG_JSON_TYPE, GHCR)),
         ];
-        let login = login("ghcr.io/org/model:1", &secrets).unwrap();
+        let login = login("ghcr.io/org/model:1", &secrets).unwrap().unwrap();
         assert_eq!(
             (login.server.as_str(), login.username.as_str()),
             ("ghcr.io", "bot")
@@ -210,15 +193,9 @@ mod tests {
     }
 
     #[test]
-    fn no_entry_for_the_registry_names_the_registry() {
+    fn no_entry_for_the_registry_is_an_anonymous_pull_as_a_kubelet_does() {
         let secrets = [("regcred".to_owned(), secret(DOCKER_CONFIG_JSON_TYPE, GHCR))];
-        let err = login("registry.example.com/app", &secrets)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("no entry for registry registry.example.com"),
-            "{err}"
-        );
-        assert!(!err.contains("hunter2"), "{err}");
+        assert_eq!(login("vllm/vllm-openai:v0.9", &secrets).unwrap(), None);
+        assert_eq!(login("registry.example.com/app", &secrets).unwrap(), None);
     }
 }
