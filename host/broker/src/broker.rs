@@ -38,6 +38,8 @@ pub struct Placement<'a> {
     pub history: &'a [Attempt],
     /// How the node's runner starts on the instance (see `CreateRequest::boot`).
     pub boot: Option<&'a neocloud_providers::Boot>,
+    /// The login for the image's registry (see `CreateRequest::registry_login`).
+    pub registry_login: Option<&'a neocloud_core::RegistryCredential>,
 }
 
 /// Cost figures for metrics.
@@ -97,6 +99,7 @@ impl Broker {
             plan: &plan,
             history: p.history,
             boot: p.boot,
+            registry_login: p.registry_login,
         };
         let renting = tracing::info_span!(target: "neocloud::trace", "rent");
         let rental = self.renter.rent(&req, recorder).instrument(renting).await?;

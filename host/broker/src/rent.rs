@@ -45,6 +45,8 @@ pub struct RentRequest<'a> {
     pub history: &'a [Attempt],
     /// How the node's runner starts on the instance (see `CreateRequest::boot`).
     pub boot: Option<&'a neocloud_providers::Boot>,
+    /// The login for the image's registry (see `CreateRequest::registry_login`).
+    pub registry_login: Option<&'a neocloud_core::RegistryCredential>,
 }
 
 /// A successful rental.
@@ -419,6 +421,7 @@ impl Renter {
             env: req.env.to_vec(),
             bid_per_hour: ready.price.bid_per_hour,
             boot: req.boot.cloned(),
+            registry_login: req.registry_login.cloned(),
         };
         let mut instance = ready.provider.create(&request).await?;
         fill_unreported(

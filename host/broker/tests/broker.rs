@@ -29,6 +29,7 @@ fn placement<'a>(w: &'a neocloud_core::WorkloadSpec, name: &'a str) -> Placement
         env: &[],
         history: &[],
         boot: None,
+        registry_login: None,
     }
 }
 

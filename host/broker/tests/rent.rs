@@ -180,6 +180,7 @@ async fn a_price_that_rose_past_the_max_before_renting_moves_to_the_next_offer()
         plan: &plan,
         history: &[],
         boot: None,
+        registry_login: None,
     };
     let rental = world.renter.rent(&req, &recorder).await.unwrap();
     assert_eq!(
@@ -254,6 +255,7 @@ async fn a_failed_attempt_record_stops_before_the_provider_is_called() {
         plan: &plan,
         history: &[],
         boot: None,
+        registry_login: None,
     };
     let err = world.renter.rent(&req, &recorder).await.unwrap_err();
     assert_eq!(

@@ -46,7 +46,7 @@ proptest! {
                 world.fake(ProviderId::Vast).fail_next_create(FailureClass::ALL[*f]);
             }
             let recorder = Recorder::default();
-            let req = RentRequest { binding: "b", external_name: "nc-1", workload: &w, env: &[], plan: &plan, history: &[], boot: None };
+            let req = RentRequest { binding: "b", external_name: "nc-1", workload: &w, env: &[], plan: &plan, history: &[], boot: None, registry_login: None };
             if let Ok(rental) = world.renter.rent(&req, &recorder).await {
                 assert!(rental.instance.price_per_hour <= max, "rented at {} above {max}", rental.instance.price_per_hour);
             }

@@ -71,6 +71,11 @@ pub struct SimConfig {
     /// start command (for tests, the built binary); `None` runs `neocloud-runner` from `PATH`.
     #[serde(default)]
     pub runner_binary: Option<std::path::PathBuf>,
+    /// Registries whose images pull only with their login (RunPod: the pod's registry
+    /// credential; Vast: `image_login`); other images are public. A pull that fails leaves the
+    /// instance failed with Docker's error (RunPod `ERROR`, Vast `exited` with `status_msg`).
+    #[serde(default)]
+    pub private_registries: Vec<crate::registries::PrivateRegistry>,
 }
 
 impl std::fmt::Debug for SimConfig {
@@ -87,6 +92,7 @@ impl std::fmt::Debug for SimConfig {
             .field("ssh_key_names", &self.ssh_key_names)
             .field("run_user_data", &self.run_user_data)
             .field("runner_binary", &self.runner_binary)
+            .field("private_registries", &self.private_registries)
             .finish()
     }
 }
@@ -105,6 +111,7 @@ impl Default for SimConfig {
             ssh_key_names: default_ssh_keys(),
             run_user_data: false,
             runner_binary: None,
+            private_registries: Vec::new(),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod instance;
 pub mod offer;
 pub mod pricing;
 pub mod provider_id;
+pub mod pull_secret;
 pub mod translate;
 pub mod workload;
 
@@ -23,6 +24,7 @@ pub use instance::{Endpoint, InstancePhase, InstanceState, UNSCHEDULABLE};
 pub use offer::{Offer, OfferCapacity, OfferQuery};
 pub use pricing::PriceDecision;
 pub use provider_id::ProviderId;
+pub use pull_secret::RegistryCredential;
 pub use translate::{PodRefused, Refusal, file_mounts, translate_pod};
 pub use workload::{
     CapacityType, EnvFromKind, EnvFromRef, EnvValue, EnvVar, GpuRequest, KeyRef, PortProtocol,

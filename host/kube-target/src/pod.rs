@@ -423,6 +423,7 @@ mod tests {
             ],
             bid_per_hour: None,
             boot: None,
+            registry_login: None,
         }
     }
 

@@ -75,6 +75,7 @@ fn request(external_name: &str, offer: &Offer) -> CreateRequest {
         ],
         bid_per_hour: None,
         boot: None,
+        registry_login: None,
     }
 }
 

@@ -323,6 +323,7 @@ fn request(opts: &SmokeOptions, offer: &Offer) -> CreateRequest {
         env: vec![("NEOCLOUD_SMOKE".to_owned(), "1".to_owned())],
         bid_per_hour: bid,
         boot: None,
+        registry_login: None,
     }
 }
 

@@ -27,6 +27,9 @@
 //! (`ncn-a-` never matches `ncn-ab-...`), and two clusters sharing one cloud account never see,
 //! let alone sweep, each other's instances. Instances not named by us do not start with `ncn-`.
 //! The sweeper checks the prefix itself too, rather than trusting each adapter's filter.
+//!
+//! Registry credentials a rental made at a provider (RunPod's, named by the rental) are swept
+//! the same way after the instances (see `credentials`).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -43,6 +46,8 @@ use tracing::Instrument;
 
 use crate::crd::CloudPodBinding;
 use crate::naming::ClusterId;
+
+mod credentials;
 
 /// The shortest interval [`Sweeper::run`] sweeps at, whatever the configuration says.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
@@ -163,6 +168,10 @@ pub struct SweepReport {
     pub deleted: Vec<SweptInstance>,
     /// Orphans a dry run would have deleted.
     pub would_delete: Vec<SweptInstance>,
+    /// Stale registry credentials deleted (named by the rental that made them).
+    pub credentials_deleted: Vec<SweptInstance>,
+    /// Stale registry credentials a dry run would have deleted.
+    pub credentials_would_delete: Vec<SweptInstance>,
     /// Provider calls that failed; the other providers were still swept.
     pub failures: Vec<SweepFailure>,
 }
@@ -173,6 +182,9 @@ impl SweepReport {
         self.kept_in_grace.extend(other.kept_in_grace);
         self.deleted.extend(other.deleted);
         self.would_delete.extend(other.would_delete);
+        self.credentials_deleted.extend(other.credentials_deleted);
+        self.credentials_would_delete
+            .extend(other.credentials_would_delete);
         self.failures.extend(other.failures);
     }
 
@@ -182,6 +194,12 @@ impl SweepReport {
         }
         for i in &self.would_delete {
             tracing::info!(provider = %i.provider, instance = %i.id, name = %i.external_name, "dry run: would delete orphan instance");
+        }
+        for c in &self.credentials_deleted {
+            tracing::info!(provider = %c.provider, credential = %c.id, name = %c.external_name, "deleted stale registry credential");
+        }
+        for c in &self.credentials_would_delete {
+            tracing::info!(provider = %c.provider, credential = %c.id, name = %c.external_name, "dry run: would delete stale registry credential");
         }
         for f in &self.failures {
             let instance = f.instance.as_ref().map(|i| i.id.as_str());
@@ -271,6 +289,8 @@ pub struct Sweeper {
     /// When each listed instance was first seen, by provider and id (the age of instances whose
     /// provider gives no creation time).
     first_seen: Mutex<HashMap<(ProviderId, String), DateTime<Utc>>>,
+    /// When each listed registry credential was first seen, by provider and id.
+    credentials_seen: Mutex<credentials::Seen>,
     /// Where deletions are counted, if anywhere.
     metrics: Option<Arc<crate::metrics::Metrics>>,
 }
@@ -299,6 +319,7 @@ impl Sweeper {
             cluster,
             config,
             first_seen: Mutex::new(HashMap::new()),
+            credentials_seen: Mutex::new(HashMap::new()),
             metrics: None,
         }
     }
@@ -413,6 +434,16 @@ impl Sweeper {
                 Verdict::Orphan => self.delete(provider, entry, &mut report).await,
             }
         }
+        let live = instances.into_iter().map(|i| i.external_name).collect();
+        let cx = credentials::Context {
+            prefix,
+            bound,
+            live,
+            listed_at,
+            grace: self.config.grace,
+            dry_run: self.config.dry_run,
+        };
+        credentials::sweep(provider, &cx, &self.credentials_seen, &mut report).await;
         report
     }
 

@@ -2,7 +2,8 @@
 //! behind the node's back under our prefix is deleted at RunPod, Vast.ai and Lambda, while one
 //! with a binding, one of another cluster, one in its grace period and one seen by a dry run are
 //! kept. A failing provider does not stop the others, a failed binding list deletes nothing, and
-//! `run` waits for the node's caches before its first sweep.
+//! `run` waits for the node's caches before its first sweep. A RunPod registry credential under
+//! our prefix that no binding or live pod carries is deleted on the sweep after first sight.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -383,4 +384,44 @@ async fn run_sweeps_only_after_the_caches_are_synced() {
     }
     task.abort();
     panic!("run did not delete the orphan within 10s of the caches syncing");
+}
+
+/// Creates a RunPod registry credential named `name`, as a rental of that name would.
+async fn credential(rig: &Rig, name: &str) {
+    let url = format!("{}/v2/registries", rig.sims.runpod.base_url());
+    let body = json!({"name": name, "username": "bot", "password": "pw"});
+    let client = reqwest::Client::new();
+    let sent = client
+        .post(url)
+        .bearer_auth(rig.sims.runpod.api_key())
+        .json(&body);
+    assert_eq!(sent.send().await.unwrap().status(), 201);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_runpod_registry_credential_is_deleted_on_the_sweep_after_first_sight() {
+    let rig = rig("sweep-cred").await;
+    let stale = rig.name(CLUSTER, "cred-stale");
+    let bound = rig.name(CLUSTER, "cred-bound");
+    let other = rig.name("othercluster", "cred-other");
+    for name in [&stale, &bound, &other] {
+        credential(&rig, name).await;
+    }
+    rig.bind("job-cred", &bound).await;
+    let sweeper = rig.sweeper(&[&rig.runpod], no_grace());
+
+    let first = sweeper.sweep_once().await.unwrap();
+    assert!(first.credentials_deleted.is_empty(), "{first:#?}");
+    let second = sweeper.sweep_once().await.unwrap();
+    assert_eq!(
+        names(&second.credentials_deleted),
+        [stale.as_str()],
+        "{second:#?}"
+    );
+    assert!(second.failures.is_empty(), "{second:#?}");
+    let mut left = rig.sims.runpod.registry_names();
+    left.sort();
+    let mut want = vec![bound, other];
+    want.sort();
+    assert_eq!(left, want);
 }

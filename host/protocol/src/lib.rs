@@ -20,8 +20,8 @@ pub use probes::{
 pub use secret::{BootstrapToken, Secret, SessionToken};
 pub use wire::{
     EnvVar, ErrorBody, File, FileMount, GpuStats, Heartbeat, LogRecord, LogStream,
-    RENTAL_NOT_CURRENT, ReauthRequest, RestartPolicy, RunnerState, StatusReport, Termination,
-    TokenRequest, TokenResponse, WORKLOAD_RESTARTS_QUERY, Workload, WorkloadStats,
+    RENTAL_NOT_CURRENT, ReauthRequest, RegistryLogin, RestartPolicy, RunnerState, StatusReport,
+    Termination, TokenRequest, TokenResponse, WORKLOAD_RESTARTS_QUERY, Workload, WorkloadStats,
 };
 
 /// The environment variable that may carry the bootstrap token instead of the runner's flag.

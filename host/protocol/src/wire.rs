@@ -41,6 +41,35 @@ pub struct Workload {
     /// [`crate::WORKLOAD_PROBES_QUERY`]; the node leaves them out for runners that do not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes: Option<crate::Probes>,
+    /// The login for the image's registry (the Pod's `imagePullSecrets`), for a runner that
+    /// pulls the image itself (the docker executor on a VM). Absent for a public image, so a
+    /// runner from before private images reads every other workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_login: Option<RegistryLogin>,
+}
+
+/// A login to one container registry. `Debug` never shows the password. The node's
+/// `neocloud_core::RegistryCredential` on the wire: the runner does not link `neocloud-core`
+/// (nor its Kubernetes types), so the protocol keeps its own copy of the three fields.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryLogin {
+    /// The registry host (`docker.io`, `ghcr.io`, `registry.example.com:5000`).
+    pub server: String,
+    /// The user name.
+    pub username: String,
+    /// The password or token.
+    pub password: String,
+}
+
+impl fmt::Debug for RegistryLogin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegistryLogin")
+            .field("server", &self.server)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 /// The query a runner that restarts workloads in place adds to `GET /v1/workload`, so the node

@@ -8,7 +8,9 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use neocloud_core::{FailureClass, InstanceState, Offer, OfferQuery, ProviderId, WorkloadSpec};
+use neocloud_core::{
+    FailureClass, InstanceState, Offer, OfferQuery, ProviderId, RegistryCredential, WorkloadSpec,
+};
 use neocloud_protocol::session::SessionRequest;
 
 /// What a provider call was doing when it failed, for messages and metrics.
@@ -32,6 +34,8 @@ pub enum Operation {
     Logs,
     /// `open_session`.
     Session,
+    /// Creating, listing or deleting a registry credential (RunPod's `/v2/registries`).
+    Credential,
 }
 
 impl fmt::Display for Operation {
@@ -46,6 +50,7 @@ impl fmt::Display for Operation {
             Operation::Health => "check health",
             Operation::Logs => "read logs",
             Operation::Session => "open a session",
+            Operation::Credential => "manage registry credential",
         })
     }
 }
@@ -250,6 +255,8 @@ pub struct CreateRequest {
     pub bid_per_hour: Option<f64>,
     /// How the node's runner starts on the instance, when the Pod is run by it. Never logged.
     pub boot: Option<Boot>,
+    /// The login for the image's registry, from the Pod's `imagePullSecrets`. Never logged.
+    pub registry_login: Option<RegistryCredential>,
 }
 
 /// How the node's runner starts on a rented instance, with its one-time bootstrap credential.
@@ -330,6 +337,10 @@ impl fmt::Debug for CreateRequest {
             .field("env_names (values redacted)", &env_names)
             .field("bid_per_hour", &self.bid_per_hour)
             .field("boot (redacted)", &self.boot.is_some())
+            .field(
+                "registry_login (redacted)",
+                &self.registry_login.as_ref().map(|l| &l.server),
+            )
             .finish()
     }
 }
@@ -373,6 +384,20 @@ pub trait Provider: Send + Sync + fmt::Debug {
 
     /// Checks that the provider answers and accepts our credentials. Read-only.
     async fn health(&self) -> Result<(), ProviderError>;
+
+    /// The registry credentials this adapter made for rentals (each named by its instance's
+    /// external name) whose name starts with `prefix`, as `(id, name)`, for the sweeper. Empty
+    /// where the cloud keeps none (it takes the login with each create). Read-only.
+    async fn list_credentials(&self, prefix: &str) -> Result<Vec<(String, String)>, ProviderError> {
+        let _ = prefix;
+        Ok(Vec::new())
+    }
+
+    /// Deletes the registry credential with this id. Idempotent: one already gone is success.
+    async fn delete_credential(&self, id: &str) -> Result<(), ProviderError> {
+        let _ = id;
+        Ok(())
+    }
 
     /// The workload's output, where the provider itself runs the workload and can read it (a
     /// remote cluster's Pod): `None` when it has no log API, which is every cloud's case (their

@@ -19,6 +19,7 @@ fn request(name: &str, offer: &Offer) -> CreateRequest {
         env: vec![("TOKEN".into(), "s3cret-value".into())],
         bid_per_hour: None,
         boot: None,
+        registry_login: None,
     }
 }
 

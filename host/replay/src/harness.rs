@@ -513,6 +513,7 @@ impl Replay<'_> {
             env: &[],
             history: &history,
             boot: None,
+            registry_login: None,
         };
         let result = broker.place(&placement, &recorder).await;
         let recorded = recorder.attempts.into_inner();

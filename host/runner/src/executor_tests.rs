@@ -21,6 +21,7 @@ fn workload() -> Workload {
         files: Vec::new(),
         restart_policy: None,
         probes: None,
+        registry_login: None,
     }
 }
 
@@ -75,6 +76,7 @@ fn nothing_from_the_pod_is_read_as_a_docker_option() {
         files: vec![],
         restart_policy: None,
         probes: None,
+        registry_login: None,
     };
     let args = docker_args(
         &w,

@@ -28,6 +28,7 @@ mod executor;
 mod files;
 pub mod probe;
 mod probe_check;
+mod pull;
 mod session;
 mod shipper;
 mod stats;
@@ -471,6 +472,13 @@ impl Runs<'_> {
         let Some(logs) = self.logs.as_ref() else {
             return Ok(Err("the log channel is closed".into()));
         };
+        // A private image is pulled with its login before the first run; later runs find it.
+        if args.executor == ExecutorKind::Docker
+            && self.restarts == 0
+            && let Err(e) = pull::pull_private(self.workload).await
+        {
+            return Ok(Err(e.to_string()));
+        }
         let started = executor::start(
             args.executor,
             self.workload,

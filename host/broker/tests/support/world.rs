@@ -114,6 +114,7 @@ impl World {
             plan,
             history: &[],
             boot: None,
+            registry_login: None,
         };
         (self.renter.rent(&req, &recorder).await, recorder)
     }

@@ -298,6 +298,7 @@ fn new_pod(args: &Value) -> Result<NewPod, Failure> {
         ports: ports.collect(),
         args: text("dockerArgs"),
         bid_per_gpu: args["bidPerGpu"].as_f64(),
+        registry: text("containerRegistryAuthId"),
     })
 }
 

@@ -25,7 +25,7 @@ type Shared = State<Arc<RunpodState>>;
 const CLOUDS: &[&str] = &["SECURE", "COMMUNITY"];
 const ACTIONS: &[&str] = &["start", "stop", "restart", "terminate"];
 
-fn checked(body: &Bytes, shape: &'static [Field]) -> Result<Value, Response> {
+pub(crate) fn checked(body: &Bytes, shape: &'static [Field]) -> Result<Value, Response> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         wire::problem(
             StatusCode::BAD_REQUEST,
@@ -108,6 +108,7 @@ fn new_pod(sim: &RunpodState, value: Value) -> Result<NewPod, Response> {
         ports,
         args,
         bid_per_gpu: None,
+        registry: body.registry,
     })
 }
 

@@ -14,11 +14,16 @@
 //! pod is `RUNNING` (again after a start or restart); stopping, preempting, failing or deleting
 //! the pod kills it (see `crate::runner`).
 //!
+//! Registry credentials (`/v2/registries`) are write-only; a pod whose image is on one of
+//! `private_registries` and whose `registry` credential does not hold that registry's login is
+//! `ERROR` from the start, as a pod whose pull is refused never runs.
+//!
 //! Not REST v1 (retired 2026-11-15), network volumes, templates, clusters or CPU pods.
 
 mod gql;
 mod graphql;
 mod handlers;
+mod registries;
 mod render;
 mod state;
 mod wire;
@@ -60,6 +65,12 @@ impl RunpodSim {
         let handle = SimHandle::launch(core, ops, routes(state.clone()), "").await?;
         Ok(Self { handle, state })
     }
+
+    /// The names of the account's registry credentials (`/v2/registries`).
+    pub fn registry_names(&self) -> Vec<String> {
+        let all = self.state.registries.lock();
+        all.values().map(|r| r.name.clone()).collect()
+    }
 }
 
 impl Drop for RunpodSim {
@@ -91,6 +102,14 @@ fn routes(state: Arc<RunpodState>) -> Router {
         .route("/v2/catalog/gpus/{id}", get(handlers::catalog_gpu))
         .route("/v2/catalog/datacenters", get(handlers::data_centers))
         .route("/v2/account/ssh-keys", put(handlers::ssh_keys))
+        .route(
+            "/v2/registries",
+            get(registries::list).post(registries::create),
+        )
+        .route(
+            "/v2/registries/{id}",
+            get(registries::get).delete(registries::delete),
+        )
         .route("/graphql", post(gql::graphql))
         .with_state(state)
 }

@@ -42,7 +42,7 @@ pub(crate) fn pod_v2(pod: &Pod, core: &Core, now: Instant) -> Value {
     json!({
         "id": pod.id, "name": pod.spec.name, "status": status.as_str(), "actions": actions,
         "image": pod.spec.image, "args": pod.spec.args, "disk": pod.spec.disk_gb,
-        "env": pod.spec.env, "ports": pod.spec.ports, "registry": null, "mounts": {},
+        "env": pod.spec.env, "ports": pod.spec.ports, "registry": pod.spec.registry, "mounts": {},
         "gpu": { "id": pod.spec.placement.gpu_id, "count": pod.spec.placement.count }, "cpu": null,
         "cloud": pod.offer.config.cloud.as_deref().unwrap_or("SECURE"),
         "dataCenterId": pod.offer.config.region, "cudaVersion": "12.8",

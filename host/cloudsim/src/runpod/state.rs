@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::clock::SimClock;
 use crate::market::Offer;
+use crate::registries::{Login, pull_error};
 use crate::runner::{self, Phase, RunnerHost, RunnerSpec, Runners};
 use crate::server::Core;
 
@@ -61,6 +62,8 @@ pub(crate) struct NewPod {
     pub ports: Vec<String>,
     pub args: Option<String>,
     pub bid_per_gpu: Option<f64>,
+    /// The id of the registry credential the image is pulled with.
+    pub registry: Option<String>,
 }
 
 /// `Debug` shows what identifies it only: its env carries the runner's secrets.
@@ -83,6 +86,8 @@ pub(crate) struct Pod {
     pub started: Instant,
     pub exited: Option<Instant>,
     pub errored: bool,
+    /// Docker's error when the image could not be pulled (the pod is `ERROR`).
+    pub pull_error: Option<String>,
 }
 
 impl Pod {
@@ -140,8 +145,26 @@ pub(crate) struct RunpodState {
     pub core: Arc<Core>,
     pods: Mutex<BTreeMap<String, Pod>>,
     pub ssh_keys: Mutex<Vec<String>>,
+    /// Registry credentials by id (`/v2/registries`).
+    pub registries: Mutex<BTreeMap<String, SavedRegistry>>,
     pub runners: Runners,
     me: Weak<Self>,
+}
+
+/// A registry credential: write-only, as at RunPod. `Debug` shows the name only.
+#[derive(Clone)]
+pub(crate) struct SavedRegistry {
+    pub name: String,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for SavedRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SavedRegistry")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RunpodState {
@@ -150,6 +173,7 @@ impl RunpodState {
             core,
             pods: Mutex::new(BTreeMap::new()),
             ssh_keys: Mutex::new(Vec::new()),
+            registries: Mutex::new(BTreeMap::new()),
             runners: Runners::default(),
             me: me.clone(),
         })
@@ -193,6 +217,7 @@ impl RunpodState {
         let offer = self.place(&spec, force_low_bid)?;
         let id = uuid::Uuid::new_v4().simple().to_string()[..14].to_string();
         let now = self.core.clock.now();
+        let pull_error = self.pull_error(&spec);
         let pod = Pod {
             id: id.clone(),
             spec,
@@ -200,7 +225,8 @@ impl RunpodState {
             created: now,
             started: now,
             exited: None,
-            errored: false,
+            errored: pull_error.is_some(),
+            pull_error,
         };
         let price = pod.price();
         let mut ledger = self.core.ledger.lock();
@@ -214,8 +240,24 @@ impl RunpodState {
         );
         drop(ledger);
         pods.insert(id, pod.clone());
-        self.start_runner(&pod);
+        match &pod.pull_error {
+            Some(error) => tracing::info!(pod = %pod.id, %error, "image pull refused"),
+            None => self.start_runner(&pod),
+        }
         Ok(pod)
+    }
+
+    /// Docker's error if the pod's image cannot be pulled with its registry credential (an id
+    /// that names no credential is no login).
+    fn pull_error(&self, spec: &NewPod) -> Option<String> {
+        let saved = self.registries.lock();
+        let credential = spec.registry.as_ref().and_then(|id| saved.get(id));
+        let login = credential.map(|c| Login {
+            username: &c.username,
+            password: &c.password,
+            registry: None,
+        });
+        pull_error(&self.core.config.private_registries, &spec.image, login)
     }
 
     fn place(&self, spec: &NewPod, force_low_bid: bool) -> Result<Offer, CreateError> {

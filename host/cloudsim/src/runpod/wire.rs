@@ -85,6 +85,7 @@ pub(crate) struct CreatePod {
     pub args: Option<String>,
     pub mounts: Option<Value>,
     pub template_id: Option<String>,
+    pub registry: Option<String>,
 }
 
 /// `Debug` shows what identifies it only: its env carries the runner's secrets.

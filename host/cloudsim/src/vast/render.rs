@@ -135,7 +135,7 @@ pub(crate) fn instance(instance: &Instance, core: &Core, now: Instant) -> Value 
     json!({
         "id": instance.id, "label": instance.label, "actual_status": actual,
         "intended_status": intended, "cur_state": cur, "next_state": cur,
-        "status_msg": status_msg(&actual, intended), "image_uuid": instance.image,
+        "status_msg": instance.pull_error.clone().unwrap_or_else(|| status_msg(&actual, intended)), "image_uuid": instance.image,
         "image_args": instance.args, "image_runtype": instance.runtype, "extra_env": env,
         "onstart": instance.onstart, "ssh_host": format!("ssh{}.vast.ai", instance.id % 9 + 1),
         "ssh_port": ssh_port, "ssh_idx": instance.id % 9 + 1,

@@ -16,6 +16,7 @@ use super::query::{self, Condition};
 use super::wire::CreateRequest;
 use crate::clock::SimClock;
 use crate::market::Offer;
+use crate::registries::{Login, PrivateRegistry, pull_error};
 use crate::runner::{self, Phase, RunnerHost, RunnerSpec, Runners};
 use crate::server::Core;
 
@@ -43,6 +44,8 @@ pub(crate) struct Instance {
     pub started: Instant,
     pub stopped: Option<Instant>,
     pub failed: bool,
+    /// Docker's error when the image could not be pulled (the instance is `exited`).
+    pub pull_error: Option<String>,
 }
 
 /// `Debug` shows what identifies it only: its env and start command carry the runner's secrets.
@@ -58,7 +61,14 @@ impl std::fmt::Debug for Instance {
 }
 
 impl Instance {
-    fn new(id: u64, offer: Offer, request: &CreateRequest, now: Instant, stopped: bool) -> Self {
+    fn new(
+        id: u64,
+        offer: Offer,
+        request: &CreateRequest,
+        now: Instant,
+        stopped: bool,
+        pull_error: Option<String>,
+    ) -> Self {
         Self {
             id,
             label: request.label.clone(),
@@ -73,7 +83,8 @@ impl Instance {
             created: now,
             started: now,
             stopped: stopped.then_some(now),
-            failed: false,
+            failed: pull_error.is_some(),
+            pull_error,
         }
     }
 
@@ -97,6 +108,32 @@ fn start_command_runner_args(runtype: &str, args: &[String]) -> Option<Vec<Strin
     (runtype == "args")
         .then(|| runner::container_runner_args(args))
         .flatten()
+}
+
+/// Docker's error if the request's image cannot be pulled with its `image_login`.
+fn image_pull_error(registries: &[PrivateRegistry], request: &CreateRequest) -> Option<String> {
+    let image = request.image.as_deref().unwrap_or_default();
+    let words = request.image_login.as_deref().and_then(shlex::split);
+    let login = words.as_deref().and_then(docker_login);
+    pull_error(registries, image, login)
+}
+
+/// The login in `docker login` arguments: `-u USER -p PASS [REGISTRY]`, in any order.
+fn docker_login(words: &[String]) -> Option<Login<'_>> {
+    let (mut username, mut password, mut registry) = (None, None, None);
+    let mut words = words.iter();
+    while let Some(word) = words.next() {
+        match word.as_str() {
+            "-u" | "--username" => username = words.next(),
+            "-p" | "--password" => password = words.next(),
+            _ => registry = Some(word),
+        }
+    }
+    Some(Login {
+        username: username?,
+        password: password?,
+        registry: registry.map(String::as_str),
+    })
 }
 
 /// How a rental ended.
@@ -221,8 +258,10 @@ impl VastState {
             !stopped,
         );
         drop(ledger);
-        let instance = Instance::new(id, offer, request, self.core.clock.now(), stopped);
-        if !stopped {
+        let pull_error = image_pull_error(&self.core.config.private_registries, request);
+        let now = self.core.clock.now();
+        let instance = Instance::new(id, offer, request, now, stopped, pull_error);
+        if !stopped && !instance.failed {
             self.start_runner(&instance);
         }
         inner.instances.insert(id, instance);

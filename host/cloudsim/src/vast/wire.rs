@@ -69,6 +69,8 @@ pub(crate) struct CreateRequest {
     #[serde(default)]
     pub cancel_unavail: bool,
     pub template_hash_id: Option<String>,
+    /// `docker login` arguments (`-u USER -p PASS REGISTRY`) for a private image.
+    pub image_login: Option<String>,
 }
 
 /// `Debug` shows what identifies it only: its env and start command carry the runner's secrets.

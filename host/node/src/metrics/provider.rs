@@ -27,6 +27,7 @@ pub fn operation_label(operation: Operation) -> &'static str {
         Operation::Health => "health",
         Operation::Logs => "logs",
         Operation::Session => "open_session",
+        Operation::Credential => "registry_credential",
     }
 }
 
@@ -154,6 +155,16 @@ impl Provider for InstrumentedProvider {
 
     async fn health(&self) -> Result<(), ProviderError> {
         self.timed(Operation::Health, self.inner.health()).await
+    }
+
+    async fn list_credentials(&self, prefix: &str) -> Result<Vec<(String, String)>, ProviderError> {
+        let listed = self.inner.list_credentials(prefix);
+        self.timed(Operation::Credential, listed).await
+    }
+
+    async fn delete_credential(&self, id: &str) -> Result<(), ProviderError> {
+        let deleted = self.inner.delete_credential(id);
+        self.timed(Operation::Credential, deleted).await
     }
 
     /// Not timed: a stream's life is the reader's, not the provider's answer time.

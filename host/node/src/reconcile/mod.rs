@@ -25,6 +25,7 @@ mod placing;
 mod pod_status;
 mod pods;
 mod probes;
+mod pull_secrets;
 mod rebuild;
 mod receipts;
 mod recorder;

@@ -143,6 +143,15 @@ impl Reconciler {
                 return self.wait(pod, &b, status, reason, e.to_string()).await;
             }
         };
+        // The login for a private image: a pull secret that cannot be used keeps the Pod
+        // pending, and nothing is rented.
+        let registry_login = match super::pull_secrets::resolve(&self.client, pod, &w.image).await {
+            Ok(login) => login,
+            Err(e) => {
+                let reason = super::pull_secrets::REASON;
+                return self.wait(pod, &b, status, reason, e.to_string()).await;
+            }
+        };
         let (planner, fallback, policy) = match self.with_policy(&w, planner) {
             Ok(resolved) => resolved,
             Err(e) => {
@@ -166,7 +175,7 @@ impl Reconciler {
             Some(runners) => {
                 let rental = status.runner_rental.map_or(1, |r| r + 1);
                 status.runner_rental = Some(rental);
-                match runners.boot(pod, rental, &w, &env, &files) {
+                match runners.boot(pod, rental, &w, &env, &files, registry_login.as_ref()) {
                     Ok(boot) => Some(boot),
                     Err(e) => {
                         return self
@@ -192,6 +201,7 @@ impl Reconciler {
             env: &env,
             history: &history,
             boot: boot.as_ref(),
+            registry_login: registry_login.as_ref(),
         };
         if let Some(traceparent) = crate::telemetry::traceparent(&tracing::Span::current()) {
             status.traceparent = Some(traceparent);

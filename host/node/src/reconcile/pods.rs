@@ -450,7 +450,8 @@ impl Reconciler {
             ),
             Some(i) if i.phase == InstancePhase::Failed => (
                 "InstanceFailed",
-                format!("{} failed: {}", describe(i), i.provider_status),
+                // What the provider said of it too: a refused pull names the image there.
+                format!("{} failed: {}", describe(i), provider_said(i)),
             ),
             Some(i) => (
                 "InstanceStopped",

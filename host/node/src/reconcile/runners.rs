@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use neocloud_core::{ProviderId, WorkloadSpec};
+use neocloud_core::{ProviderId, RegistryCredential, WorkloadSpec};
 use neocloud_providers::{Boot, ContainerBoot};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -36,8 +36,8 @@ use tokio::sync::mpsc;
 use super::files::{self, PodFiles};
 use super::{Reconciler, env};
 use crate::callback::{
-    CallbackError, CallbackHandle, EnvVar, RestartPolicy, RunnerEvent, RunnerEventKind,
-    RunnerState, Termination, Workload,
+    CallbackError, CallbackHandle, EnvVar, RegistryLogin, RestartPolicy, RunnerEvent,
+    RunnerEventKind, RunnerState, Termination, Workload,
 };
 use crate::callback::{UserDataOptions, render_container_start, render_user_data};
 use neocloud_protocol::ProbeStatus;
@@ -183,11 +183,12 @@ impl Runners {
         w: &WorkloadSpec,
         env: &[(String, String)],
         files: &PodFiles,
+        login: Option<&RegistryCredential>,
     ) -> Result<Boot, CallbackError> {
         let uid = pod.uid().unwrap_or_default();
         let token = self
             .handle
-            .register(&uid, rental, workload(pod, w, env, files))?;
+            .register(&uid, rental, workload(pod, w, env, files, login))?;
         let credential = self.handle.credential(&uid, rental)?;
         let entry = Entry {
             pod: ObjectRef::from_obj(pod),
@@ -232,6 +233,7 @@ impl Runners {
         w: &WorkloadSpec,
         env: &[(String, String)],
         files: &PodFiles,
+        login: Option<&RegistryCredential>,
     ) {
         let uid = pod.uid().unwrap_or_default();
         if self.state.lock().contains_key(&uid) {
@@ -240,7 +242,7 @@ impl Runners {
         let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
         let known = running.then_some(RunnerState::Running);
         self.handle
-            .adopt(&uid, rental, workload(pod, w, env, files), known);
+            .adopt(&uid, rental, workload(pod, w, env, files, login), known);
         let entry = Entry {
             pod: ObjectRef::from_obj(pod),
             rental,
@@ -474,10 +476,17 @@ pub fn container_runner(pod: &Pod) -> bool {
 /// The annotation that opts a Pod out of the runner on container providers.
 pub const RUNNER_ANNOTATION: &str = "cloud.aibrix.ai/runner";
 
-/// What the runner fetches: the workload with its environment and files resolved, and the
-/// Pod's restart policy and probes (the callback gives them only to runners that restart in
-/// place and run probes).
-fn workload(pod: &Pod, w: &WorkloadSpec, env: &[(String, String)], files: &PodFiles) -> Workload {
+/// What the runner fetches: the workload with its environment, files and registry login
+/// resolved, and the Pod's restart policy and probes (the callback gives them only to runners
+/// that restart in place and run probes). The login reaches the runner only this way, over its
+/// authenticated connection, never in `user_data`.
+fn workload(
+    pod: &Pod,
+    w: &WorkloadSpec,
+    env: &[(String, String)],
+    files: &PodFiles,
+    login: Option<&RegistryCredential>,
+) -> Workload {
     let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
     Workload {
         restart_policy: RestartPolicy::from_pod(policy),
@@ -494,6 +503,11 @@ fn workload(pod: &Pod, w: &WorkloadSpec, env: &[(String, String)], files: &PodFi
         working_dir: None,
         files: files.files.clone(),
         probes: super::probes::for_runner(pod),
+        registry_login: login.map(|l| RegistryLogin {
+            server: l.server.clone(),
+            username: l.username.clone(),
+            password: l.password.clone(),
+        }),
     }
 }
 
@@ -530,8 +544,18 @@ impl Reconciler {
                     return None;
                 }
             };
+            let login = match super::pull_secrets::resolve(&self.client, pod, &w.image).await {
+                Ok(login) => login,
+                Err(e) => {
+                    tracing::warn!(pod = %ObjectRef::from_obj(pod), error = %e, "runner: cannot adopt");
+                    return None;
+                }
+            };
             match files::resolve_pod(&self.client, pod).await {
-                Ok(files) => runners.adopt(pod, rental.unwrap_or(0), &w, &env, &files),
+                Ok(files) => {
+                    let rental = rental.unwrap_or(0);
+                    runners.adopt(pod, rental, &w, &env, &files, login.as_ref());
+                }
                 Err(e) => {
                     tracing::warn!(pod = %ObjectRef::from_obj(pod), error = %e, "runner: cannot adopt");
                     return None;
@@ -539,5 +563,36 @@ impl Reconciler {
             }
         }
         runners.status(&uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_login_reaches_the_runner_in_its_workload_and_debug_hides_it() {
+        let login = RegistryCredential {
+            server: "registry.example.com".into(),
+            username: "bot".into(),
+            password: "hunter2".into(),
+        };
+        let w = neocloud_fixtures::workload();
+        let files = PodFiles::default();
+        let with = workload(&Pod::default(), &w, &[], &files, Some(&login));
+        let sent = with.registry_login.clone().expect("the login is sent");
+        assert_eq!(
+            (sent.server.as_str(), sent.password.as_str()),
+            ("registry.example.com", "hunter2")
+        );
+        assert!(!format!("{with:?}").contains("hunter2"));
+        let without = workload(&Pod::default(), &w, &[], &files, None);
+        assert!(without.registry_login.is_none());
+        // A public image's workload has no such field, for runners from before private images.
+        assert!(
+            !serde_json::to_string(&without)
+                .unwrap()
+                .contains("registryLogin")
+        );
     }
 }

@@ -153,6 +153,7 @@ pub async fn rent(provider: &Arc<dyn Provider>, name: &str) -> InstanceState {
         env: vec![],
         bid_per_hour: None,
         boot: None,
+        registry_login: None,
     };
     provider.create(&request).await.unwrap()
 }

@@ -17,6 +17,7 @@ use serde_json::json;
 use super::config::RunpodConfig;
 use super::convert::{self, Placement, SpotTable};
 use super::errors::{gql_error, rest_error};
+use super::registries;
 use super::wire::{self, Catalog, CreatePod, GqlRequest, GqlResponse, Pod, PodGpu, PodList};
 use crate::adapter;
 use crate::common::{ConfigError, NameLocks, wants_capacity};
@@ -166,10 +167,19 @@ impl RunpodProvider {
                 format!("runpod publishes only tcp ports; udp port {port} cannot be exposed");
             self.http.error(call, FailureClass::InvalidRequest, message)
         })?;
+        let registry = match &request.registry_login {
+            Some(login) => {
+                Some(registries::replace(&self.http, &request.external_name, login).await?)
+            }
+            None => None,
+        };
         if placement.spot {
-            return self.rent_spot(call, request, placement, &ports).await;
+            return self
+                .rent_spot(call, request, placement, &ports, registry)
+                .await;
         }
-        let body = self.create_body(request, placement, ports);
+        let mut body = self.create_body(request, placement, ports);
+        body.registry = registry;
         let url = self.http.url("/v2/pods");
         let pod: Pod = self
             .http
@@ -186,8 +196,12 @@ impl RunpodProvider {
         request: &CreateRequest,
         placement: &Placement,
         ports: &[String],
+        registry: Option<String>,
     ) -> Result<InstanceState, ProviderError> {
-        let input = self.spot_input(request, placement, ports);
+        let mut input = self.spot_input(request, placement, ports);
+        if let Some(id) = registry {
+            input["containerRegistryAuthId"] = json!(id);
+        }
         let body = GqlRequest {
             query: wire::RENT_INTERRUPTABLE,
             variables: json!({ "input": input }),
@@ -230,6 +244,7 @@ impl RunpodProvider {
             ports,
             args: convert::args_string(request),
             start_ssh: self.config.start_ssh.then_some(true),
+            registry: None,
         }
     }
 
@@ -261,7 +276,7 @@ impl RunpodProvider {
     }
 }
 
-fn url_escape(text: &str) -> String {
+pub(super) fn url_escape(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -359,7 +374,32 @@ impl Provider for RunpodProvider {
             return Ok(());
         }
         let url = self.http.url(&format!("/v2/pods/{}", url_escape(id)));
-        self.http.remove(call, rest_error, |c| c.delete(&url)).await
+        // The pod's registry credential goes with it: read which one before the pod is gone.
+        let pod: Option<Pod> = self
+            .http
+            .optional(call, rest_error, |c| c.get(&url))
+            .await?;
+        self.http
+            .remove(call, rest_error, |c| c.delete(&url))
+            .await?;
+        match pod.and_then(|p| p.registry) {
+            Some(registry) => registries::delete(&self.http, &registry).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn list_credentials(&self, prefix: &str) -> Result<Vec<(String, String)>, ProviderError> {
+        let call = Call::new(Operation::Credential, Some(prefix));
+        let all = registries::list(&self.http, call).await?;
+        Ok(all
+            .into_iter()
+            .filter(|r| r.name.starts_with(prefix))
+            .map(|r| (r.id, r.name))
+            .collect())
+    }
+
+    async fn delete_credential(&self, id: &str) -> Result<(), ProviderError> {
+        registries::delete(&self.http, id).await
     }
 
     async fn health(&self) -> Result<(), ProviderError> {

@@ -6,6 +6,9 @@
 //! Differences from the reference page: a 403 on create is classified as capacity (RunPod's
 //! "skip this candidate"), and a spot bid below the minimum as price-exceeded.
 //!
+//! A Pod's private image is pulled with a registry credential (`/v2/registries`) made for its
+//! rental and deleted with it (see `registries`).
+//!
 //! Not REST v1 (retired 2026-11-15), network volumes, templates or CPU pods.
 
 mod adapter;
@@ -13,6 +16,7 @@ mod config;
 mod convert;
 mod errors;
 pub(crate) mod fuzzing;
+mod registries;
 mod wire;
 
 #[cfg(test)]

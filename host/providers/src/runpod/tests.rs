@@ -119,6 +119,7 @@ fn the_create_body_has_only_fields_v2_accepts() {
         ports: vec!["22/tcp".into()],
         args: None,
         start_ssh: None,
+        registry: Some("reg-1".into()),
     };
     let value = serde_json::to_value(&body).unwrap();
     let mut keys: Vec<&str> = value
@@ -138,7 +139,8 @@ fn the_create_body_has_only_fields_v2_accepts() {
             "gpu",
             "image",
             "name",
-            "ports"
+            "ports",
+            "registry"
         ]
     );
 }

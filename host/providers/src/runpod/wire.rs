@@ -25,6 +25,9 @@ pub(crate) struct CreatePod {
     pub args: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_ssh: Option<bool>,
+    /// The id of the registry credential the image is pulled with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry: Option<String>,
 }
 
 impl std::fmt::Debug for CreatePod {
@@ -40,6 +43,7 @@ impl std::fmt::Debug for CreatePod {
             .field("ports", &self.ports)
             .field("args", &self.args)
             .field("start_ssh", &self.start_ssh)
+            .field("registry", &self.registry)
             .finish()
     }
 }
@@ -74,6 +78,52 @@ pub(crate) struct Pod {
     /// A spot pod (v1 and GraphQL; v2 leaves it out).
     #[serde(default)]
     pub interruptible: bool,
+    /// The id of the registry credential the pod pulls its image with.
+    #[serde(default)]
+    pub registry: Option<String>,
+}
+
+/// `POST /v2/registries`: a registry credential. Write-only at RunPod; `Debug` shows the name.
+#[derive(Clone, Serialize)]
+pub(crate) struct CreateRegistry<'a> {
+    pub name: &'a str,
+    pub username: &'a str,
+    pub password: &'a str,
+}
+
+impl std::fmt::Debug for CreateRegistry<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateRegistry")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A registry credential as RunPod shows it (never its username or password).
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Registry {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+/// `GET /v2/registries`: an array, or (read leniently, as pods are) `{"registries": [...]}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RegistryList {
+    Bare(Vec<Registry>),
+    Wrapped {
+        #[serde(default)]
+        registries: Vec<Registry>,
+    },
+}
+
+impl RegistryList {
+    pub fn into_vec(self) -> Vec<Registry> {
+        match self {
+            RegistryList::Bare(all) | RegistryList::Wrapped { registries: all } => all,
+        }
+    }
 }
 
 /// `runtime` of a running pod.

@@ -311,5 +311,23 @@ pub(crate) fn rent_body(request: &CreateRequest) -> Rent {
         }),
         cancel_unavail: true,
         target_state: "running",
+        image_login: request.registry_login.as_ref().map(image_login),
     }
+}
+
+/// Vast's `image_login`: `docker login` arguments in shell words, each quoted where it needs to
+/// be (a password may hold spaces or quotes).
+fn image_login(login: &neocloud_core::RegistryCredential) -> String {
+    let words = [
+        "-u",
+        login.username.as_str(),
+        "-p",
+        login.password.as_str(),
+        login.server.as_str(),
+    ];
+    // Quoting refuses only NUL bytes, which no registry login can hold; they are dropped.
+    shlex::try_join(words).unwrap_or_else(|_| {
+        let clean: Vec<String> = words.iter().map(|w| w.replace('\0', "")).collect();
+        shlex::try_join(clean.iter().map(String::as_str)).unwrap_or_default()
+    })
 }

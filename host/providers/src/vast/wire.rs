@@ -52,6 +52,9 @@ pub(crate) struct Rent {
     pub price: Option<f64>,
     pub cancel_unavail: bool,
     pub target_state: &'static str,
+    /// `docker login` arguments for a private image: `-u USER -p PASS REGISTRY`. Never logged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_login: Option<String>,
 }
 
 impl std::fmt::Debug for Rent {
@@ -67,6 +70,7 @@ impl std::fmt::Debug for Rent {
             .field("price", &self.price)
             .field("cancel_unavail", &self.cancel_unavail)
             .field("target_state", &self.target_state)
+            .field("image_login (redacted)", &self.image_login.is_some())
             .finish()
     }
 }

@@ -12,6 +12,8 @@ use neocloud_providers::{
 };
 use serde_json::Value;
 
+mod private_images;
+
 const SSH_KEY: &str = neocloud_cloudsim::config::DEFAULT_SSH_KEY;
 
 fn query() -> OfferQuery {
@@ -32,6 +34,7 @@ fn request(name: &str, offer: &Offer) -> CreateRequest {
         env: vec![],
         bid_per_hour: None,
         boot: None,
+        registry_login: None,
     }
 }
 

@@ -125,6 +125,7 @@ pub fn request(name: &str, offer: &Offer) -> CreateRequest {
         env: vec![("GREETING".into(), "hello".into())],
         bid_per_hour: None,
         boot: None,
+        registry_login: None,
     }
 }
 

@@ -46,8 +46,8 @@ pub use identity::RunnerIdentity;
 pub use logs::{LogBuffer, LogLimits, LogLine, LogOptions};
 pub use neocloud_protocol::{
     BootstrapToken, EnvVar, ErrorBody, ExecutorKind, File, FileMount, Heartbeat, LogRecord,
-    LogStream, ReauthRequest, RestartPolicy, RunnerState, Secret, SessionToken, StatusReport,
-    Termination, TokenRequest, TokenResponse, Workload,
+    LogStream, ReauthRequest, RegistryLogin, RestartPolicy, RunnerState, Secret, SessionToken,
+    StatusReport, Termination, TokenRequest, TokenResponse, Workload,
 };
 pub use ratelimit::RateLimit;
 pub use server::CallbackServer;
