@@ -3,11 +3,10 @@
 //! the kubelet does). A missing object or key that is not optional is an error that names the
 //! variable and the reference; the values themselves never appear in errors or logs.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::{Api, Client};
+use kube::Client;
 use neocloud_core::{EnvFromKind, EnvValue, WorkloadSpec};
+
+use super::objects::{Objects, ReadError, kind_name};
 
 /// Why the environment could not be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -21,66 +20,13 @@ pub enum EnvError {
         what: String,
     },
     /// Reading an object failed.
-    #[error("failed to read {what}: {source}")]
-    Read {
-        /// The object.
-        what: String,
-        /// The API error.
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] ReadError),
 }
 
-/// Reads Secrets and ConfigMaps of one namespace, each at most once per resolution.
-struct Objects {
-    secrets: Api<Secret>,
-    config_maps: Api<ConfigMap>,
-    /// Keyed by (is a Secret, name).
-    cache: BTreeMap<(bool, String), Option<BTreeMap<String, String>>>,
-}
-
-impl Objects {
-    async fn data(
-        &mut self,
-        kind: EnvFromKind,
-        name: &str,
-    ) -> Result<Option<&BTreeMap<String, String>>, EnvError> {
-        let key = (kind == EnvFromKind::Secret, name.to_owned());
-        if !self.cache.contains_key(&key) {
-            let what = format!("{} {name}", kind_name(kind));
-            let data = match kind {
-                EnvFromKind::Secret => self
-                    .secrets
-                    .get_opt(name)
-                    .await
-                    .map_err(|source| EnvError::Read { what, source })?
-                    .map(|s| {
-                        let mut out: BTreeMap<String, String> = s
-                            .data
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-                            .collect();
-                        out.extend(s.string_data.unwrap_or_default());
-                        out
-                    }),
-                EnvFromKind::ConfigMap => self
-                    .config_maps
-                    .get_opt(name)
-                    .await
-                    .map_err(|source| EnvError::Read { what, source })?
-                    .map(|c| c.data.unwrap_or_default()),
-            };
-            self.cache.insert(key.clone(), data);
-        }
-        Ok(self.cache.get(&key).and_then(Option::as_ref))
-    }
-}
-
-fn kind_name(kind: EnvFromKind) -> &'static str {
-    match kind {
-        EnvFromKind::Secret => "Secret",
-        EnvFromKind::ConfigMap => "ConfigMap",
-    }
+/// A value as the environment holds it (a ConfigMap's `binaryData` is not read).
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// The workload's environment with every reference resolved.
@@ -103,22 +49,18 @@ pub async fn resolve(
             })
             .collect());
     }
-    let mut objects = Objects {
-        secrets: Api::namespaced(client.clone(), namespace),
-        config_maps: Api::namespaced(client.clone(), namespace),
-        cache: BTreeMap::new(),
-    };
+    let mut objects = Objects::new(client, namespace);
     let mut out: Vec<(String, String)> = Vec::new();
     let set = |out: &mut Vec<(String, String)>, name: String, value: String| {
         out.retain(|(n, _)| *n != name);
         out.push((name, value));
     };
     for (i, from) in w.env_from.iter().enumerate() {
-        match objects.data(from.kind, &from.name).await? {
-            Some(data) => {
-                for (k, v) in data {
+        match objects.get(from.kind, &from.name).await? {
+            Some(keys) => {
+                for (k, v) in &keys.text {
                     let name = format!("{}{k}", from.prefix.as_deref().unwrap_or_default());
-                    set(&mut out, name, v.clone());
+                    set(&mut out, name, text(v));
                 }
             }
             None if from.optional => {}
@@ -140,9 +82,9 @@ pub async fn resolve(
             EnvValue::ConfigMapKey(r) => (EnvFromKind::ConfigMap, r),
         };
         let value = objects
-            .data(kind, &r.name)
+            .get(kind, &r.name)
             .await?
-            .and_then(|d| d.get(&r.key).cloned());
+            .and_then(|keys| keys.text.get(&r.key).map(|v| text(v)));
         match value {
             Some(v) => set(&mut out, e.name.clone(), v),
             None if r.optional => {}

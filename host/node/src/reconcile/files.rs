@@ -5,16 +5,18 @@
 //! [`FILES_REFRESH`] and hands the callback any change, which the runner fetches at its next
 //! heartbeat interval, so an edit reaches the files within about half a minute.
 //!
-//! Values never appear in errors or logs. Not for the environment (see `env`).
+//! Values never appear in errors or logs. Not for the environment (see `env`); the objects are
+//! read by `objects`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use kube::{Api, Client, ResourceExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Client, ResourceExt};
 use neocloud_core::EnvFromKind;
 use neocloud_core::files::{FileMount, FileSource, FilesError, ObjectData, ResolvedMount, build};
 
+use super::objects::{Keys, Objects, ReadError};
 use crate::callback;
 
 /// How often the node reads the objects of a running workload's files again.
@@ -33,13 +35,8 @@ pub enum ResolveError {
     #[error("{0}")]
     Files(#[from] FilesError),
     /// Reading an object failed.
-    #[error("failed to read {what}: {source}")]
-    Read {
-        /// The object.
-        what: String,
-        /// The API error.
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] ReadError),
 }
 
 /// The Pod's file mounts and their files, as the runner gets them.
@@ -67,77 +64,25 @@ pub async fn resolve(
     if mounts.is_empty() {
         return Ok(Vec::new());
     }
-    let namespace = pod.namespace().unwrap_or_default();
-    let mut objects: BTreeMap<(bool, String), Option<ObjectData>> = BTreeMap::new();
+    let mut objects = Objects::new(client, &pod.namespace().unwrap_or_default());
+    // Files take a ConfigMap's binaryData and data together.
+    let mut read: BTreeMap<(bool, String), Option<ObjectData>> = BTreeMap::new();
     for mount in mounts {
         for source in &mount.sources {
             if let FileSource::Object { kind, name, .. } = source {
                 let key = (*kind == EnvFromKind::Secret, name.clone());
-                if let std::collections::btree_map::Entry::Vacant(slot) = objects.entry(key) {
-                    slot.insert(read(client, &namespace, *kind, name).await?);
+                if let std::collections::btree_map::Entry::Vacant(slot) = read.entry(key) {
+                    slot.insert(objects.get(*kind, name).await?.map(Keys::all));
                 }
             }
         }
     }
     let lookup = |kind: EnvFromKind, name: &str| {
-        objects
-            .get(&(kind == EnvFromKind::Secret, name.to_owned()))
+        read.get(&(kind == EnvFromKind::Secret, name.to_owned()))
             .and_then(Option::as_ref)
     };
     let built = build(mounts, &pod.metadata, lookup)?;
     Ok(built.into_iter().map(to_wire).collect())
-}
-
-async fn read(
-    client: &Client,
-    namespace: &str,
-    kind: EnvFromKind,
-    name: &str,
-) -> Result<Option<ObjectData>, ResolveError> {
-    let fail = |what: &str| {
-        let what = format!("{what} {name}");
-        move |source| ResolveError::Read { what, source }
-    };
-    Ok(match kind {
-        EnvFromKind::Secret => Api::<Secret>::namespaced(client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(fail("Secret"))?
-            .map(|s| {
-                let mut out: ObjectData = s
-                    .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0))
-                    .collect();
-                out.extend(
-                    s.string_data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.into_bytes())),
-                );
-                out
-            }),
-        EnvFromKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(fail("ConfigMap"))?
-            .map(|c| {
-                let mut out: ObjectData = c
-                    .binary_data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0))
-                    .collect();
-                out.extend(
-                    c.data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.into_bytes())),
-                );
-                out
-            }),
-    })
 }
 
 fn to_wire(m: ResolvedMount) -> callback::FileMount {

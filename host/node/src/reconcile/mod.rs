@@ -21,6 +21,7 @@ mod bindings;
 mod env;
 mod events;
 mod files;
+mod objects;
 mod placing;
 mod pod_status;
 mod pods;

@@ -104,17 +104,8 @@ fn secret_entries(name: &str, secret: Option<&Secret>) -> Result<Vec<ConfigEntry
             "Secret {name} has type {kind}, want {DOCKER_CONFIG_JSON_TYPE}"
         ));
     }
-    let data = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(DOCKER_CONFIG_JSON_KEY))
-        .map(|b| b.0.clone())
-        .or_else(|| {
-            let strings = secret.string_data.as_ref()?;
-            strings
-                .get(DOCKER_CONFIG_JSON_KEY)
-                .map(|s| s.clone().into_bytes())
-        })
+    let data = super::objects::secret_keys(secret)
+        .remove(DOCKER_CONFIG_JSON_KEY)
         .ok_or_else(|| format!("Secret {name} has no key {DOCKER_CONFIG_JSON_KEY}"))?;
     parse_docker_config(&data).map_err(|e| e.to_string())
 }
