@@ -5,18 +5,12 @@
 //! It is not where decisions are made: placement, fallback and pricing live in the broker and the
 //! policy engines, cloud APIs in the providers.
 
-pub mod cost_cli;
 pub mod crd;
 pub mod metrics;
 pub mod naming;
 pub mod policies;
-pub mod policy_cli;
-pub mod policy_oci_cli;
-pub mod policy_test;
-pub mod provider_cli;
 pub mod reconcile;
 pub mod run;
-pub mod smoke;
 pub mod sweeper;
 pub mod telemetry;
 pub mod vnode;

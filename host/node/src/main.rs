@@ -7,6 +7,8 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod cli;
+
 /// Command line of `neocloud-node`.
 #[derive(Debug, Parser)]
 #[command(name = "neocloud-node", version, about)]
@@ -35,19 +37,19 @@ enum Command {
     /// Check, evaluate or benchmark a Wasm policy component.
     Policy {
         #[command(flatten)]
-        cache: neocloud_node::policy_cli::CacheArgs,
+        cache: cli::policy::CacheArgs,
         #[command(subcommand)]
-        command: neocloud_node::policy_cli::PolicyCommand,
+        command: cli::policy::PolicyCommand,
     },
     /// Provider checks: `provider smoke --provider runpod|lambda|vast|fake`.
     Provider {
         #[command(subcommand)]
-        command: neocloud_node::provider_cli::ProviderCommand,
+        command: cli::provider::ProviderCommand,
     },
     /// Report what the rentals cost, from the bindings in the cluster.
     Cost {
         #[command(subcommand)]
-        command: neocloud_node::cost_cli::CostCommand,
+        command: cli::cost::CostCommand,
     },
 }
 
@@ -178,11 +180,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 serde_json::to_string_pretty(&schema)? + "\n"
             }
         },
-        Command::Policy { command, cache } => neocloud_node::policy_cli::run(command, &cache)?,
-        Command::Provider { command } => {
-            runtime()?.block_on(neocloud_node::provider_cli::run(command))?
-        }
-        Command::Cost { command } => runtime()?.block_on(neocloud_node::cost_cli::run(command))?,
+        Command::Policy { command, cache } => cli::policy::run(command, &cache)?,
+        Command::Provider { command } => runtime()?.block_on(cli::provider::run(command))?,
+        Command::Cost { command } => runtime()?.block_on(cli::cost::run(command))?,
     };
     std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;
     Ok(())

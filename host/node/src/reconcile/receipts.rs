@@ -4,7 +4,7 @@
 //! for lack of permission or of its CRD is logged and skipped: a Pod's deletion never waits on
 //! its bill.
 //!
-//! Not the spend counter (`spend`), nor the report (`cost_cli`).
+//! Not the spend counter (`spend`), nor the report (the binary's `cli::cost`).
 
 use chrono::{DateTime, Utc};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};

@@ -1,9 +1,9 @@
-//! The `provider smoke` command's logic (`host/node/src/smoke.rs`, compiled here because it only
+//! The `provider smoke` command's logic (`host/node/src/cli/smoke.rs`, compiled here because it only
 //! needs this crate) against each simulator with the specification's defaults, as CI runs it,
 //! plus the Lambda A10 → A100 fallback, the RunPod capacity-classification check, and a provider
 //! that leaves an instance behind.
 
-#[path = "../../../node/src/smoke.rs"]
+#[path = "../../../node/src/cli/smoke.rs"]
 #[allow(dead_code)]
 mod smoke;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use neocloud_core::{CapacityType, ProviderId, RunpodCloudType};
 
-use crate::smoke::{SmokeOptions, provider_from_env, run_smoke};
+use crate::cli::smoke::{SmokeOptions, provider_from_env, run_smoke};
 
 /// `neocloud-node provider ...`.
 #[derive(Debug, Subcommand)]

@@ -37,11 +37,11 @@ use neocloud_policy::wasm::{Evaluation, Role, Verdict, WasmPolicy};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::policies::wit::{
-    failure_class, gpu_model_named, placement_scores, provider_from_wit, provider_named,
-};
-use crate::policy_cli::{
+use crate::cli::policy::{
     OfferJson, WorkloadJson, load, placement_input, price_each, price_json, require,
+};
+use neocloud_node::policies::wit::{
+    failure_class, gpu_model_named, placement_scores, provider_from_wit, provider_named,
 };
 
 /// The attempts file of `policy eval --attempts`, and a case's `fallback`.
@@ -191,7 +191,7 @@ enum PriceExpect {
 /// Runs every case of `fixtures` against `file`: the table, or an error holding it when a case
 /// failed.
 pub fn run(
-    cache: &crate::policy_cli::CacheArgs,
+    cache: &crate::cli::policy::CacheArgs,
     file: &Path,
     fixtures: &Path,
 ) -> anyhow::Result<String> {

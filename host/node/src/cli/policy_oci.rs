@@ -83,7 +83,7 @@ pub enum OciCommand {
 
 /// Runs `command` and returns its JSON output, or a string that is the whole output.
 /// `push` loads the component first, with `cache`.
-pub fn run(command: OciCommand, cache: &crate::policy_cli::CacheArgs) -> anyhow::Result<Value> {
+pub fn run(command: OciCommand, cache: &crate::cli::policy::CacheArgs) -> anyhow::Result<Value> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -92,7 +92,7 @@ pub fn run(command: OciCommand, cache: &crate::policy_cli::CacheArgs) -> anyhow:
 
 async fn run_async(
     command: OciCommand,
-    cache: &crate::policy_cli::CacheArgs,
+    cache: &crate::cli::policy::CacheArgs,
 ) -> anyhow::Result<Value> {
     match command {
         OciCommand::Push {
@@ -104,7 +104,7 @@ async fn run_async(
             let target = PolicyRef::parse(&reference)?;
             let bytes = read(&file)?;
             // What the node would refuse to load is not pushed.
-            crate::policy_cli::load(cache, &file).map_err(|e| {
+            crate::cli::policy::load(cache, &file).map_err(|e| {
                 anyhow::anyhow!("{e}; nothing was pushed (`policy check` tells what is wrong)")
             })?;
             let pushed = client(&registry)?.push(&target, &bytes).await?;

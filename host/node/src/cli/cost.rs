@@ -17,7 +17,7 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde::Serialize;
 
-use crate::crd::{CloudPodBinding, CloudPodReceipt};
+use neocloud_node::crd::{CloudPodBinding, CloudPodReceipt};
 
 /// `neocloud-node cost <command>`.
 #[derive(Debug, clap::Subcommand)]
@@ -111,7 +111,7 @@ struct Cost {
     usd: f64,
 }
 
-/// What `b` has cost at `now` (see [`crate::crd::CloudPodBindingStatus::cost_usd_at`]).
+/// What `b` has cost at `now` (see [`neocloud_node::crd::CloudPodBindingStatus::cost_usd_at`]).
 fn cost_of(b: &CloudPodBinding, now: DateTime<Utc>) -> Cost {
     b.status.as_ref().map_or(
         Cost {
@@ -282,7 +282,7 @@ fn report(
                 Group::Provider => e.provider.unwrap_or_default().to_owned(),
                 Group::Gpu => e
                     .gpu
-                    .map(|gpu| crate::crd::gpu_model(gpu).to_owned())
+                    .map(|gpu| neocloud_node::crd::gpu_model(gpu).to_owned())
                     .unwrap_or_default(),
                 Group::Label(key) => e
                     .labels

@@ -1,7 +1,7 @@
 //! `neocloud-node policy ...`: operator commands for Wasm policies. `check` loads a component and
 //! prints what it is, `eval` runs one decision on JSON inputs, `test` runs fixtures, `bench`
 //! measures decisions per second with p50 and p99, and push, pull, sign, verify and keygen
-//! distribute policies through an OCI registry (see `policy_oci_cli`). Every command prints JSON when it succeeds; when it fails (the
+//! distribute policies through an OCI registry (see `policy_oci`). Every command prints JSON when it succeeds; when it fails (the
 //! file is missing, is not a component, is a component of another world, lacks the role asked
 //! for) it returns the error, which the binary prints once and exits non-zero.
 //!
@@ -12,9 +12,9 @@
 //! `neocloud_policy::wasm`. Wiring (in main.rs):
 //!
 //! ```text
-//! Command::Policy { #[command(flatten)] cache: policy_cli::CacheArgs,
-//!                   #[command(subcommand)] command: policy_cli::PolicyCommand }
-//! Command::Policy { command, cache } => policy_cli::run(command, &cache)?,
+//! Command::Policy { #[command(flatten)] cache: cli::policy::CacheArgs,
+//!                   #[command(subcommand)] command: cli::policy::PolicyCommand }
+//! Command::Policy { command, cache } => cli::policy::run(command, &cache)?,
 //! ```
 
 use std::collections::BTreeMap;
@@ -32,7 +32,7 @@ use neocloud_policy::wasm::{
 };
 use serde::Deserialize;
 
-use crate::policies::wit::{RegionTable, gpu_model_named, provider_named};
+use neocloud_node::policies::wit::{RegionTable, gpu_model_named, provider_named};
 use serde_json::{Value, json};
 
 /// `neocloud-node policy <command>`.
@@ -82,7 +82,7 @@ pub enum PolicyCommand {
     },
     /// push, pull, sign, verify, keygen: distribution through an OCI registry.
     #[command(flatten)]
-    Oci(crate::policy_oci_cli::OciCommand),
+    Oci(crate::cli::policy_oci::OciCommand),
 }
 
 /// A role `check --role` asks for.
@@ -205,14 +205,14 @@ pub fn run(command: PolicyCommand, cache: &CacheArgs) -> anyhow::Result<String> 
         } => eval(cache, &file, &workload, &offers)?,
         PolicyCommand::Eval { .. } => bail!("policy eval needs --offers or --attempts"),
         PolicyCommand::Test { file, fixtures } => {
-            return crate::policy_test::run(cache, &file, &fixtures);
+            return crate::cli::policy_test::run(cache, &file, &fixtures);
         }
         PolicyCommand::Bench {
             file,
             offers,
             iterations,
         } => bench(cache, &file, offers, iterations)?,
-        PolicyCommand::Oci(command) => match crate::policy_oci_cli::run(command, cache)? {
+        PolicyCommand::Oci(command) => match crate::cli::policy_oci::run(command, cache)? {
             Value::String(text) => return Ok(format!("{text}\n")),
             value => value,
         },
@@ -302,12 +302,13 @@ fn eval_fallback(
     workload: &Path,
     attempts: &Path,
 ) -> anyhow::Result<Value> {
-    let input = crate::policy_test::fallback_input(&read_json(workload)?, &read_json(attempts)?)?;
+    let input =
+        crate::cli::policy_test::fallback_input(&read_json(workload)?, &read_json(attempts)?)?;
     let policy = load(cache, file)?;
     require(&policy, file, Role::Fallback)?;
     Ok(outcome(
         &policy.next(&input),
-        crate::policy_test::action_json,
+        crate::cli::policy_test::action_json,
     ))
 }
 
@@ -360,7 +361,7 @@ fn bench(
     if !policy.info().roles.contains(&Role::Placement) {
         require(&policy, file, Role::Fallback)
             .context("policy bench measures placement, else fallback")?;
-        let input = crate::policy_test::synthetic_fallback()?;
+        let input = crate::cli::policy_test::synthetic_fallback()?;
         let run = || {
             let e = policy.next(&input);
             (e.elapsed, e.verdict.error().map(|e| e.to_string()))
