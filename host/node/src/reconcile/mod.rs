@@ -18,9 +18,11 @@
 
 mod attempts;
 mod bindings;
+mod endings;
 mod env;
 mod events;
 mod files;
+mod mirror;
 mod objects;
 mod placing;
 mod pod_status;

@@ -16,8 +16,8 @@ use neocloud_core::{AttemptOutcome, InstancePhase, InstanceState, WorkloadSpec};
 use tracing::Instrument as _;
 
 use super::attempts::{attempted_providers, class_reason, ended_over_budget, from_record};
+use super::mirror::{describe, provider_said};
 use super::pod_status::DesiredPod;
-use super::pods::{describe, provider_said};
 use super::recorder::{BindingRecorder, write_status};
 use super::release::binding_key;
 use super::rented::rented_note;

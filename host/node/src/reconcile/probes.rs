@@ -5,7 +5,7 @@
 //! ignored.
 //!
 //! Not the running of probes (the runner) and not what their results do to the Pod's status
-//! (`pods`, `pod_status`).
+//! (`mirror`, `pod_status`).
 
 use k8s_openapi::api::core::v1::Pod;
 use neocloud_protocol::{Probe, ProbeAction, Probes};

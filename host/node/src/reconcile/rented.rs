@@ -5,7 +5,7 @@
 use neocloud_broker::{Plan, Rental};
 use neocloud_core::{Attempt, AttemptOutcome};
 
-use super::pods::describe;
+use super::mirror::describe;
 
 /// How many earlier attempts the event names.
 const EARLIER_NAMED: usize = 5;

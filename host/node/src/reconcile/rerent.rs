@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::pods::replacements;
+use super::endings::replacements;
 use crate::crd::{BindingPhase, CloudPodBindingStatus};
 
 /// The binding's (and the Pod's) reason while it waits to be rented again after an exit.
