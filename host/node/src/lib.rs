@@ -11,6 +11,7 @@ pub mod naming;
 pub mod policies;
 pub mod reconcile;
 pub mod run;
+pub mod runtime;
 pub mod sweeper;
 pub mod telemetry;
 pub mod vnode;

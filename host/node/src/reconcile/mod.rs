@@ -20,7 +20,6 @@ mod attempts;
 mod bindings;
 mod endings;
 mod env;
-mod events;
 mod files;
 mod mirror;
 mod objects;
@@ -40,7 +39,6 @@ mod slim;
 mod spend;
 #[cfg(test)]
 mod stale_tests;
-mod turns;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,12 +125,12 @@ pub struct Reconciler {
     planner: Planner,
     renter: Renter,
     cel: Arc<CelEngine>,
-    events: events::Publisher,
+    events: crate::runtime::events::Publisher,
     metrics: Arc<Metrics>,
     policies: Option<Arc<PolicyRegistry>>,
     caches: std::sync::OnceLock<Caches>,
     /// Reconciles running at once, granted first come, first served (see [`turns`]).
-    turns: Arc<turns::Turns>,
+    turns: Arc<crate::runtime::turns::Turns>,
     translations: Translations,
 }
 
@@ -172,19 +170,6 @@ fn fingerprint(pod: &Pod) -> u64 {
     pod.metadata.generation.hash(&mut h);
     pod.metadata.annotations.hash(&mut h);
     h.finish()
-}
-
-/// Sends a write whose answer nothing reads (a Pod's whole status, a created Event): the
-/// answer is checked for an error, which comes back as the same `kube::Error::Api`, but not
-/// decoded.
-async fn send_unread(
-    client: &Client,
-    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-) -> Result<(), kube::Error> {
-    client
-        .request_text(request.map_err(kube::Error::BuildRequest)?)
-        .await?;
-    Ok(())
 }
 
 /// The controllers' caches of the node's Pods and bindings, for readers that must not list
@@ -242,8 +227,11 @@ impl Reconciler {
         metrics: Arc<Metrics>,
         policies: Option<Arc<PolicyRegistry>>,
     ) -> Arc<Reconciler> {
-        let events =
-            events::Publisher::new(client.clone(), crate::vnode::FIELD_MANAGER, &cfg.node_name);
+        let events = crate::runtime::events::Publisher::new(
+            client.clone(),
+            crate::vnode::FIELD_MANAGER,
+            &cfg.node_name,
+        );
         let cfg_concurrency = cfg.concurrency;
         Arc::new(Reconciler {
             client,
@@ -255,7 +243,7 @@ impl Reconciler {
             metrics,
             policies,
             caches: std::sync::OnceLock::new(),
-            turns: turns::Turns::new(usize::from(cfg_concurrency)),
+            turns: crate::runtime::turns::Turns::new(usize::from(cfg_concurrency)),
             translations: Translations::default(),
         })
     }

@@ -81,7 +81,7 @@ impl Reconciler {
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&body),
             );
-        super::send_unread(&self.client, request).await?;
+        crate::runtime::send_unread(&self.client, request).await?;
         Ok(true)
     }
 

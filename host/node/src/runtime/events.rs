@@ -28,7 +28,7 @@ struct Series {
 }
 
 /// Publishes Events as `controller` (the reporting controller) on `instance` (the node).
-pub(super) struct Publisher {
+pub(crate) struct Publisher {
     client: Client,
     controller: String,
     instance: String,
@@ -37,7 +37,7 @@ pub(super) struct Publisher {
 }
 
 impl Publisher {
-    pub(super) fn new(client: Client, controller: &str, instance: &str) -> Publisher {
+    pub(crate) fn new(client: Client, controller: &str, instance: &str) -> Publisher {
         Publisher {
             client,
             controller: controller.to_owned(),
@@ -48,7 +48,7 @@ impl Publisher {
     }
 
     /// Publishes (or counts again) an Event about `regarding`.
-    pub(super) async fn publish(
+    pub(crate) async fn publish(
         &self,
         regarding: &ObjectReference,
         warning: bool,
@@ -101,7 +101,7 @@ impl Publisher {
         let request =
             kube::core::Request::new(<Event as kube::Resource>::url_path(&(), Some(namespace)))
                 .create(&PostParams::default(), body);
-        super::send_unread(&self.client, request).await?;
+        crate::runtime::send_unread(&self.client, request).await?;
         self.series.lock().insert(
             key,
             Series {

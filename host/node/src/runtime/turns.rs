@@ -41,7 +41,7 @@ struct State {
 }
 
 /// The node's reconcile turns.
-pub(super) struct Turns {
+pub(crate) struct Turns {
     state: Mutex<State>,
     /// Set when the controllers start.
     connection: Mutex<Option<Connection>>,
@@ -57,7 +57,7 @@ struct Connection {
 }
 
 /// A turn to reconcile; it ends (and goes to the next in line) when dropped.
-pub(super) struct Turn {
+pub(crate) struct Turn {
     turns: Option<Arc<Turns>>,
 }
 
@@ -71,7 +71,7 @@ impl Drop for Turn {
 
 impl Turns {
     /// `count` turns (at least one).
-    pub(super) fn new(count: usize) -> Arc<Turns> {
+    pub(crate) fn new(count: usize) -> Arc<Turns> {
         Arc::new(Turns {
             state: Mutex::new(State {
                 free: count.max(1),
@@ -84,7 +84,7 @@ impl Turns {
     }
 
     /// Starts handing turns to Pods through `trigger`, skipping Pods no longer in `pods`.
-    pub(super) fn connect(&self, trigger: mpsc::UnboundedSender<ObjectRef<Pod>>, pods: Store<Pod>) {
+    pub(crate) fn connect(&self, trigger: mpsc::UnboundedSender<ObjectRef<Pod>>, pods: Store<Pod>) {
         *self.connection.lock() = Some(Connection { trigger, pods });
     }
 
@@ -92,7 +92,7 @@ impl Turns {
     /// joins the queue (once) and `None` is returned: its reconcile should end, and it is
     /// triggered again when its turn comes. Before the controllers run (no trigger), it waits
     /// in place instead.
-    pub(super) async fn pod(self: &Arc<Self>, pod: &ObjectRef<Pod>) -> Option<Turn> {
+    pub(crate) async fn pod(self: &Arc<Self>, pod: &ObjectRef<Pod>) -> Option<Turn> {
         if self.connection.lock().is_none() {
             return Some(self.wait().await);
         }
@@ -114,7 +114,7 @@ impl Turns {
     }
 
     /// Waits in line for a turn.
-    pub(super) async fn wait(self: &Arc<Self>) -> Turn {
+    pub(crate) async fn wait(self: &Arc<Self>) -> Turn {
         let rx = {
             let mut s = self.state.lock();
             if s.free > 0 && s.waiting.is_empty() {
