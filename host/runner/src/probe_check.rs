@@ -102,27 +102,46 @@ impl Checker {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let child = command
+        let mut child = command
             .spawn()
             .map_err(|e| format!("failed to run {argv:?}: {e}"))?;
-        let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        // Only the first MAX_OUTPUT bytes of each stream are kept; the rest is read and
+        // dropped, so a chatty command neither grows the runner nor blocks on a full pipe.
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let run = async { tokio::join!(child.wait(), first_bytes(stdout), first_bytes(stderr)) };
+        let (status, stdout, stderr) = match tokio::time::timeout(timeout, run).await {
             Err(_) => return Err(format!("command {argv:?} timed out")),
-            Ok(Err(e)) => return Err(format!("failed to run {argv:?}: {e}")),
-            Ok(Ok(output)) => output,
+            Ok((Err(e), _, _)) => return Err(format!("failed to run {argv:?}: {e}")),
+            Ok((Ok(status), stdout, stderr)) => (status, stdout, stderr),
         };
-        if output.status.success() {
+        if status.success() {
             return Ok(());
         }
-        let mut said = String::from_utf8_lossy(&output.stdout).into_owned();
-        said.push_str(&String::from_utf8_lossy(&output.stderr));
+        let mut said = String::from_utf8_lossy(&stdout).into_owned();
+        said.push_str(&String::from_utf8_lossy(&stderr));
         let said = said.trim();
         if said.is_empty() {
-            let code = output.status.code().unwrap_or(-1);
+            let code = status.code().unwrap_or(-1);
             Err(format!("command {argv:?} exited with {code}"))
         } else {
             Err(said.chars().take(MAX_OUTPUT).collect())
         }
     }
+}
+
+/// The first [`MAX_OUTPUT`] bytes of `stream`, read to its end.
+async fn first_bytes(stream: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+    use tokio::io::AsyncReadExt as _;
+    let Some(mut stream) = stream else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    let _ = (&mut stream)
+        .take(MAX_OUTPUT as u64)
+        .read_to_end(&mut kept)
+        .await;
+    let _ = tokio::io::copy(&mut stream, &mut tokio::io::sink()).await;
+    kept
 }
 
 async fn tcp(host: &str, port: u16, timeout: Duration) -> Result<(), String> {

@@ -140,4 +140,10 @@ async fn an_exec_probe_runs_in_the_workload_s_environment_and_fails_with_its_out
     assert!(err.ends_with("exited with 2"), "{err}");
     let err = checker().check(&exec("sleep 5")).await.expect_err("slow");
     assert!(err.ends_with("timed out"), "{err}");
+    // 1 MiB of output, far past a pipe's buffer: read to the end (the command is not blocked
+    // on a full pipe), and only its first KiB kept for the message.
+    let mut chatty = exec("head -c 1048576 /dev/zero | tr '\\0' x; exit 1");
+    chatty.timeout_seconds = 30;
+    let err = checker().check(&chatty).await.expect_err("1");
+    assert_eq!(err.len(), 1024, "{}", &err[..64]);
 }
