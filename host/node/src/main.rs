@@ -51,6 +51,9 @@ enum Command {
         #[command(subcommand)]
         command: cli::cost::CostCommand,
     },
+    /// Carry a burst Pod's ports from the cluster network to its workload (what the node runs
+    /// in each relay Pod it makes).
+    Relay(cli::relay::RelayArgs),
 }
 
 /// `neocloud-node config ...`.
@@ -183,6 +186,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Policy { command, cache } => cli::policy::run(command, &cache)?,
         Command::Provider { command } => runtime()?.block_on(cli::provider::run(command))?,
         Command::Cost { command } => runtime()?.block_on(cli::cost::run(command))?,
+        Command::Relay(args) => {
+            runtime()?.block_on(cli::relay::run(args))?;
+            String::new()
+        }
     };
     std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;
     Ok(())

@@ -311,24 +311,10 @@ async fn the_shipped_manifests_run_on_a_real_node_lead_fail_over_and_burst() {
     let dir = tempfile::tempdir().unwrap();
 
     // The image, as `make image` builds it, from this build's binary.
-    let image_dir = dir.path().join("image");
-    let built = std::process::Command::new("python3")
-        .arg(repo().join("hack/image/build.py"))
-        .arg("--binary")
-        .arg(std::env::var_os(BINARY_ENV).unwrap_or(env!("CARGO_BIN_EXE_neocloud-node").into()))
-        .arg("--out")
-        .arg(&image_dir)
-        .args(["--ref", IMAGE])
-        .env("SOURCE_DATE_EPOCH", "0")
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    worker.import_archive(&image_dir.join("image.tar")).unwrap();
-    std::fs::remove_dir_all(&image_dir).unwrap();
+    let binary: PathBuf = std::env::var_os(BINARY_ENV)
+        .unwrap_or(env!("CARGO_BIN_EXE_neocloud-node").into())
+        .into();
+    support::import_node_image(&worker, &binary, IMAGE, dir.path());
     worker.import_busybox(BUSYBOX, &["/bin/sh", "-c"]).unwrap();
 
     let sim = RunpodSim::start(SimConfig::fast()).await.unwrap();

@@ -8,5 +8,6 @@
 
 pub mod callback;
 pub mod kubelet;
+pub mod relay;
 pub mod serving;
 pub mod tls;

@@ -170,7 +170,15 @@ impl Reconciler {
                 };
                 let (written, ()) = tokio::join!(write, events);
                 written?;
-                let want = self.running_pod(pod, i, replacements(&status), runner);
+                let mut want = self.running_pod(pod, i, replacements(&status), runner);
+                // A workload the node can open sessions to (its runner's, or a remote cluster's
+                // Pod) gets a cluster address: its relay's.
+                if (runner.is_some() || provider_id == Some(ProviderId::Kube))
+                    && let Some(relay) = self.ensure_relay(pod).await?
+                {
+                    want.pod_ip = relay.ip;
+                    want.relay_ready = Some(relay.ready);
+                }
                 if self.set_pod(pod, &want).await?
                     && matches!(want.container, Container::BackOff { .. })
                 {
@@ -296,10 +304,18 @@ impl Reconciler {
             _ => want.started_at = in_place.started_at.map(rfc3339),
         }
         if runner == Some(RunnerStatus::Running) {
-            want.probed = self.runner_probes(pod).map(|p| Probed {
-                ready: p.ready,
-                started: p.started,
-            });
+            // Until the runner's first report, a probed container is neither ready nor (with a
+            // startup probe) started, as on a kubelet.
+            want.probed = match self.runner_probes(pod) {
+                Some(p) => Some(Probed {
+                    ready: p.ready,
+                    started: p.started,
+                }),
+                None => super::probes::for_runner(pod).map(|p| Probed {
+                    ready: p.readiness.is_none() && p.startup.is_none(),
+                    started: p.startup.is_none(),
+                }),
+            };
         }
         want
     }

@@ -31,6 +31,7 @@ mod pull_secrets;
 mod rebuild;
 mod receipts;
 mod recorder;
+mod relays;
 mod release;
 mod rented;
 mod rerent;
@@ -59,6 +60,7 @@ use crate::policies::PolicyRegistry;
 pub use attempts::class_reason;
 pub use pod_status::{Container, DesiredPod};
 pub use rebuild::{Rebuilt, rebuild_budget};
+pub use relays::{RELAY_LABEL, Relays, relay_name, tcp_ports};
 pub use runners::{RUNNER_ANNOTATION, RunnerStatus, Runners, container_runner};
 
 /// The label every binding carries with the name of the node that owns it.
@@ -96,6 +98,9 @@ pub struct ReconcilerConfig {
     pub team_label: Option<String>,
     /// How long a deleted Pod's `CloudPodReceipt` is kept; `None`: no receipts are written.
     pub receipt_retention: Option<Duration>,
+    /// The relays that give burst Pods a cluster address; `None`: Pods report their
+    /// instance's public IP.
+    pub relays: Option<Arc<Relays>>,
 }
 
 impl ReconcilerConfig {
@@ -114,6 +119,7 @@ impl ReconcilerConfig {
             watch_namespaces: None,
             team_label: None,
             receipt_retention: Some(Duration::from_secs(30 * 86_400)),
+            relays: None,
         }
     }
 }
@@ -180,6 +186,8 @@ pub struct Caches {
     pub pods: reflector::Store<Pod>,
     /// The node's bindings, without `managedFields`.
     pub bindings: reflector::Store<CloudPodBinding>,
+    /// The relay Pods of the node's burst Pods, when it makes relays.
+    pub relays: Option<reflector::Store<Pod>>,
 }
 
 impl std::fmt::Debug for Caches {
@@ -187,6 +195,7 @@ impl std::fmt::Debug for Caches {
         f.debug_struct("Caches")
             .field("pods", &self.pods.len())
             .field("bindings", &self.bindings.len())
+            .field("relays", &self.relays.as_ref().map(reflector::Store::len))
             .finish()
     }
 }
@@ -324,10 +333,29 @@ impl Reconciler {
             .touched_objects();
         let binding_controller =
             Controller::for_stream(binding_stream, binding_reader).with_config(config);
+        // A relay Pod's change (its IP, its readiness, its loss) reconciles its burst Pod, its
+        // owner.
+        let mut relay_store = None;
+        if self.cfg.relays.is_some() {
+            let (relay_reader, relay_writer) = reflector::store();
+            let relays = watcher::Config::default().labels(relays::RELAY_LABEL);
+            // Only their status and owner are read.
+            let relay_stream = watcher::watcher(Api::all(self.client.clone()), relays)
+                .default_backoff()
+                .modify(|p: &mut Pod| {
+                    p.metadata.managed_fields = None;
+                    p.spec = None;
+                })
+                .reflect(relay_writer)
+                .touched_objects();
+            pod_controller = pod_controller.owns_stream(relay_stream);
+            relay_store = Some(relay_reader);
+        }
         let (pod_store, binding_store) = (pod_controller.store(), binding_controller.store());
         let _ = self.caches.set(Caches {
             pods: pod_store.clone(),
             bindings: binding_store.clone(),
+            relays: relay_store,
         });
         let ready = async move {
             let (a, b) = tokio::join!(

@@ -38,6 +38,9 @@ pub struct DesiredPod {
     /// What the container's probes say, as its runner reported: `None` (no probes) makes a
     /// running container ready and started.
     pub probed: Option<Probed>,
+    /// Whether the Pod's relay (its cluster address) is ready; `None`: it has none, which
+    /// does not hold readiness back.
+    pub relay_ready: Option<bool>,
 }
 
 /// A running container's `ready` and `started`, as its probes decide them.
@@ -108,6 +111,7 @@ impl DesiredPod {
             last_state: None,
             started_at: None,
             probed: None,
+            relay_ready: None,
         }
     }
 
@@ -124,6 +128,7 @@ impl DesiredPod {
             last_state: None,
             started_at: None,
             probed: None,
+            relay_ready: None,
         }
     }
 
@@ -143,6 +148,7 @@ impl DesiredPod {
             last_state: None,
             started_at: None,
             probed: None,
+            relay_ready: None,
         }
     }
 
@@ -166,7 +172,9 @@ impl DesiredPod {
     }
 
     fn ready(&self) -> bool {
-        self.container == Container::Running && self.probed.is_none_or(|p| p.ready)
+        self.container == Container::Running
+            && self.probed.is_none_or(|p| p.ready)
+            && self.relay_ready.unwrap_or(true)
     }
 
     fn started(&self) -> bool {

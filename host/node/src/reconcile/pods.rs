@@ -108,6 +108,9 @@ impl Reconciler {
         if let Some(refused) = super::probes::unhonoured(pod, runners, remote_cluster) {
             return Err(refused);
         }
+        if self.cfg.relays.is_some() {
+            super::relays::tcp_ports(pod)?;
+        }
         let mut planner = self.planner.clone();
         if let Some(src) = &w.constraint {
             let expr = self.cel.compile_constraint(src).map_err(|e| {
@@ -220,6 +223,7 @@ impl Reconciler {
         };
         match ending_phase {
             Some(phase) => {
+                self.drop_relay(pod).await?;
                 let ending = Ending {
                     phase,
                     reason: status.reason.clone().unwrap_or_else(|| "Released".into()),
@@ -314,6 +318,7 @@ impl Reconciler {
     ) -> Result<Action, Error> {
         let ns = pod.namespace().unwrap_or_default();
         let uid = pod.uid();
+        self.drop_relay(pod).await?;
         if let Some(b) = binding.filter(|b| Some(&b.spec.pod_uid) == uid.as_ref()) {
             if let Release::Waiting(why) = self.release_for_removal(&b).await? {
                 tracing::debug!(pod = %binding_key(&b), %why, "release not confirmed yet");

@@ -58,6 +58,40 @@ pub struct KubeletApiSettings {
     /// runs; the runner's Pods have the runner callback's limit per binding.
     #[serde(default = "default_max_sessions_per_pod")]
     pub max_sessions_per_pod: usize,
+    /// A cluster address for burst Pods: relay Pods that carry their TCP ports from the cluster
+    /// network to the workload, through this API.
+    #[serde(default)]
+    pub relays: RelaySettings,
+}
+
+/// `kubeletApi.relays`: each burst Pod that declares TCP `containerPort`s and runs through the
+/// runner (or on a remote cluster) gets a relay Pod on a real node, whose IP becomes its
+/// `podIP`; it is Ready only while its relay is.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RelaySettings {
+    /// Make relays.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The relay Pods' image. Unset: the image of the node's own container when it runs in a
+    /// Pod; outside a Pod relays are then off (said at start), and Pods report their instance's
+    /// public IP.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// The `host:port` relay Pods dial to reach this API. Unset: `node.address` and
+    /// `node.kubeletPort`.
+    #[serde(default)]
+    pub address: Option<String>,
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        RelaySettings {
+            enabled: true,
+            image: None,
+            address: None,
+        }
+    }
 }
 
 /// `kubeletApi.streams`: the bounds of one SPDY connection.
@@ -106,6 +140,7 @@ impl Default for KubeletApiSettings {
             connections: Default::default(),
             streams: StreamSettings::default(),
             max_sessions_per_pod: default_max_sessions_per_pod(),
+            relays: RelaySettings::default(),
         }
     }
 }
@@ -140,7 +175,67 @@ impl KubeletApiSettings {
         if self.max_sessions_per_pod == 0 {
             bail!("kubeletApi.maxSessionsPerPod: 0 would refuse every exec and port-forward");
         }
+        if let Some(image) = &self.relays.image
+            && image.trim().is_empty()
+        {
+            bail!("kubeletApi.relays.image: {image:?} is empty; unset it for the node's own image");
+        }
+        if let Some(address) = &self.relays.address {
+            let port = address.rsplit_once(':').and_then(|(host, port)| {
+                (!host.is_empty()).then_some(())?;
+                port.parse::<u16>().ok().filter(|p| *p > 0)
+            });
+            if port.is_none() {
+                bail!("kubeletApi.relays.address: {address:?} is not host:port");
+            }
+        }
         Ok(())
+    }
+
+    /// The server's certificate: the configured one, or a fresh self-signed one for the node's
+    /// name and address.
+    pub fn tls(&self, node: &NodeConfig) -> anyhow::Result<TlsMaterial> {
+        Ok(match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => TlsMaterial::from_files(cert, key)?,
+            _ => TlsMaterial::self_signed(&[node.name.clone(), node.address.clone()])?,
+        })
+    }
+
+    /// How relays are made, when they are: the image (configured, else the node's own Pod's),
+    /// the address relays dial, and `tls`'s certificate, which they pin.
+    pub async fn relays(
+        &self,
+        node: &NodeConfig,
+        client: &kube::Client,
+        tls: &TlsMaterial,
+    ) -> Option<Arc<crate::reconcile::Relays>> {
+        if !self.enabled || !self.relays.enabled {
+            return None;
+        }
+        let image = match &self.relays.image {
+            Some(image) => image.clone(),
+            None => match super::role::own_image(client).await {
+                Some(image) => image,
+                None => {
+                    tracing::warn!(
+                        "kubeletApi.relays: no image set and the node runs outside a Pod; burst Pods get no cluster address (their podIP is their instance's public IP)"
+                    );
+                    return None;
+                }
+            },
+        };
+        let node_address = self
+            .relays
+            .address
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", node.address, node.kubelet_port));
+        tracing::info!(%image, address = %node_address, "relays give burst Pods a cluster address");
+        Some(Arc::new(crate::reconcile::Relays {
+            image,
+            node_address,
+            certificate_pem: tls.cert_pem().to_owned(),
+            table: Arc::default(),
+        }))
     }
 
     /// Starts the server for `node`, reading Pods and bindings from `reconciler`'s caches and
@@ -153,6 +248,8 @@ impl KubeletApiSettings {
         kube_ca_der: Option<&[Vec<u8>]>,
         reconciler: &Arc<Reconciler>,
         runners: Option<&Arc<Runners>>,
+        tls: &TlsMaterial,
+        relays: Option<Arc<neocloud_remote::relay::RelayTable>>,
     ) -> anyhow::Result<KubeletServer> {
         let mut config = KubeletConfig::for_node(&node.name, node.kubelet_port);
         let host: std::net::IpAddr = self.listen_host.parse()?;
@@ -176,10 +273,7 @@ impl KubeletApiSettings {
                 "kubelet API: no client CA; only bearer tokens authenticate, so the API server's own calls (kubectl logs) are refused"
             );
         }
-        let tls = match (&self.cert_file, &self.key_file) {
-            (Some(cert), Some(key)) => TlsMaterial::from_files(cert, key)?,
-            _ => TlsMaterial::self_signed(&[node.name.clone(), node.address.clone()])?,
-        };
+        config.relays = relays;
         let lookup = lookup(Arc::clone(reconciler));
         let lister = lister(Arc::clone(reconciler));
         let source = CallbackLogSource::new(
@@ -201,7 +295,7 @@ impl KubeletApiSettings {
         .with_provider_sessions(provider_sessions(Arc::clone(reconciler)))
         .with_max_provider_sessions(self.max_sessions_per_pod);
         let reviews = Arc::new(KubeAccessReview::new(client));
-        KubeletServer::start(config, &tls, reviews, Arc::new(source))
+        KubeletServer::start(config, tls, reviews, Arc::new(source))
             .await
             .with_context(|| {
                 format!(

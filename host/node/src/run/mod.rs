@@ -72,6 +72,21 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     outcome
 }
 
+/// Resolves at SIGTERM or SIGINT, for commands other than `run` (the relay), which in a
+/// container are PID 1 and would otherwise ignore the kubelet's SIGTERM.
+pub async fn terminated() {
+    match Stop::new() {
+        Ok(mut stop) => {
+            let signal = stop.requested().await;
+            tracing::info!(signal, "stopping");
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot handle SIGTERM; running until killed");
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 /// SIGTERM (what the kubelet sends a deleted Pod) or SIGINT (Ctrl-C).
 struct Stop {
     term: tokio::signal::unix::Signal,

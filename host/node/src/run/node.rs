@@ -64,17 +64,28 @@ pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<()>
             None
         }
     };
-    let reconciler = reconciler(cfg, s, &node, renter.clone(), runners.clone())?;
+    let kubelet_tls = match cfg.kubelet_api.enabled {
+        true => Some(cfg.kubelet_api.tls(&node)?),
+        false => None,
+    };
+    let relays = match &kubelet_tls {
+        Some(tls) => cfg.kubelet_api.relays(&node, &s.client, tls).await,
+        None => None,
+    };
+    let table = relays.as_ref().map(|r| Arc::clone(&r.table));
+    let reconciler = reconciler(cfg, s, &node, renter.clone(), runners.clone(), relays)?;
     let (synced_tx, synced_rx) = oneshot::channel();
     s.tasks
         .spawn("reconciler", Arc::clone(&reconciler).run(Some(synced_tx)));
-    if cfg.kubelet_api.enabled {
+    if let Some(tls) = &kubelet_tls {
         let kubelet = cfg.kubelet_api.start(
             &node,
             s.client.clone(),
             s.kube_ca.as_deref(),
             &reconciler,
             runners.as_ref(),
+            tls,
+            table,
         );
         s.tasks.spawn("kubelet-api", kubelet.await?.serve());
     }
@@ -152,6 +163,7 @@ fn reconciler(
     node: &NodeConfig,
     renter: Renter,
     runners: Option<Arc<Runners>>,
+    relays: Option<Arc<crate::reconcile::Relays>>,
 ) -> anyhow::Result<Arc<Reconciler>> {
     let mut rc = ReconcilerConfig::new(&node.name, s.cluster.clone());
     rc.host_ip = node.address.clone();
@@ -163,6 +175,7 @@ fn reconciler(
     rc.watch_namespaces = cfg.watch_namespaces.clone();
     rc.team_label = cfg.spend.team_label.clone();
     rc.receipt_retention = cfg.spend.retention();
+    rc.relays = relays;
     let cel = Arc::new(CelEngine::new(CelLimits::default()));
     let wasm = WasmEngine::new(cfg.policies.engine_config())
         .map_err(|e| anyhow::anyhow!("failed to start the Wasm policy engine: {e}"))?;

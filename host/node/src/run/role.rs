@@ -26,6 +26,20 @@ fn own_pod(client: &Client) -> Option<(Api<Pod>, String, String)> {
     Some((Api::namespaced(client.clone(), &namespace), namespace, name))
 }
 
+/// The image of this replica's own container (its Pod's first), which relay Pods run by
+/// default; `None` outside a Pod or when the Pod cannot be read (said in the log).
+pub async fn own_image(client: &Client) -> Option<String> {
+    let (pods, namespace, name) = own_pod(client)?;
+    match pods.get(&name).await {
+        Ok(pod) => pod.spec?.containers.first()?.image.clone(),
+        Err(error) => {
+            tracing::warn!(pod = %format!("{namespace}/{name}"), %error,
+                "could not read this replica's Pod for its image");
+            None
+        }
+    }
+}
+
 async fn set(pods: &Api<Pod>, name: &str, leader: bool) -> kube::Result<()> {
     let value = if leader { json!("true") } else { json!(null) };
     pods.patch(

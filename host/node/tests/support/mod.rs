@@ -397,3 +397,32 @@ pub fn succeeded(what: &str, out: std::process::Output) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Builds the node's image as `make image` does (`hack/image/build.py`, reproducibly) from
+/// `binary`, tagged `reference`, and imports it into `worker`'s containerd.
+pub fn import_node_image(
+    worker: &neocloud_testenv::WorkerNode,
+    binary: &std::path::Path,
+    reference: &str,
+    scratch: &std::path::Path,
+) {
+    let image_dir = scratch.join("image");
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let built = std::process::Command::new("python3")
+        .arg(repo.join("hack/image/build.py"))
+        .arg("--binary")
+        .arg(binary)
+        .arg("--out")
+        .arg(&image_dir)
+        .args(["--ref", reference])
+        .env("SOURCE_DATE_EPOCH", "0")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    worker.import_archive(&image_dir.join("image.tar")).unwrap();
+    std::fs::remove_dir_all(&image_dir).unwrap();
+}

@@ -31,6 +31,8 @@ pub struct World {
     pub heartbeat_timeout_seconds: u32,
     /// The node's `providers:` list.
     pub providers: &'static str,
+    /// More of the node's configuration, appended as it is (top-level YAML keys).
+    pub extra_config: String,
 }
 
 impl World {
@@ -76,6 +78,7 @@ impl World {
             boot_timeout_seconds,
             heartbeat_timeout_seconds: 3,
             providers,
+            extra_config: String::new(),
         }
     }
 
@@ -130,7 +133,7 @@ impl World {
             heartbeat = self.heartbeat_timeout_seconds,
             boot = self.boot_timeout_seconds,
             providers = self.providers,
-        );
+        ) + &self.extra_config;
         let path = self
             .dir
             .path()

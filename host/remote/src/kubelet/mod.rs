@@ -35,6 +35,7 @@
 //! reconciler knows that and hands it over through the [`PodLookup`].
 
 mod auth;
+mod relay;
 /// The parsing of a log request, public only for the fuzz targets in `fuzz/`.
 #[doc(hidden)]
 pub mod request;
@@ -84,6 +85,8 @@ pub struct KubeletConfig {
     pub serve: crate::serving::ServeLimits,
     /// Each SPDY connection's bounds (exec, attach, port-forward): open streams, idle timeout.
     pub streams: spdy::Limits,
+    /// The relays of burst Pods served at `/relay/{uid}/{port}`; `None`: none.
+    pub relays: Option<std::sync::Arc<crate::relay::RelayTable>>,
 }
 
 impl KubeletConfig {
@@ -96,6 +99,7 @@ impl KubeletConfig {
             auth_cache_ttl: Duration::from_secs(30),
             serve: crate::serving::ServeLimits::default(),
             streams: spdy::Limits::default(),
+            relays: None,
         }
     }
 

@@ -64,13 +64,15 @@ impl Peer {
     }
 }
 
-struct App {
+pub(super) struct App {
     gate: Gate,
-    source: Arc<dyn LogSource>,
+    pub(super) source: Arc<dyn LogSource>,
     node: String,
     /// Every connection and SPDY session, ended at shutdown.
-    tasks: Tasks,
+    pub(super) tasks: Tasks,
     streams: spdy::Limits,
+    /// The relays admitted to `/relay/{uid}/{port}`; `None`: the route answers 404.
+    pub(super) relays: Option<Arc<crate::relay::RelayTable>>,
 }
 
 /// A running kubelet API server.
@@ -109,6 +111,7 @@ impl KubeletServer {
             node,
             tasks: tasks.clone(),
             streams: config.streams,
+            relays: config.relays.clone(),
         });
         let (stop, stopped) = watch::channel(false);
         let serve = crate::serving::serve(
@@ -171,6 +174,7 @@ fn routes(app: Arc<App>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/stats/summary", get(stats_summary))
         .route("/metrics/resource", get(metrics_resource))
+        .route("/relay/{uid}/{port}", get(super::relay::relay))
         .fallback(container_logs)
         .with_state(app)
 }

@@ -1,0 +1,369 @@
+//! A burst Pod on the cluster network, on the rig's real worker node (kubelet, kube-proxy,
+//! containerd): `neocloud-node run` with RunPod (its simulator starting the real runner, process
+//! executor) and relays in the node's own image (built by `hack/image/build.py`, imported into
+//! the worker's containerd).
+//!
+//! - A burst Pod serving HTTP with a TCP `containerPort` and a readiness probe that fails for its
+//!   first seconds gets a relay Pod on the worker node (owned by it, unprivileged, selected by
+//!   nothing of the user's); the relay's IP becomes the burst Pod's `podIP`, and the Pod turns
+//!   Ready only once its probe passes.
+//! - A Service selecting the burst Pod lists it in its EndpointSlice only once it is Ready, at
+//!   the relay's address; a client Pod on the worker node reaches the workload both at the
+//!   Service's cluster IP (through kube-proxy) and at the Pod's IP.
+//! - The relay Pod deleted: the burst Pod is not Ready until a new relay runs, then takes its IP
+//!   (the API server accepts a changed `status.podIP`) and serves again.
+//! - A UDP port is refused before anything is rented, naming the field.
+//! - Deleting the burst Pod releases its instance and takes its relay Pod and Secret with it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, LogParams, PostParams};
+use neocloud_testenv::WorkerNode;
+use serde_json::json;
+
+mod runner_bin;
+mod support;
+mod vm_support;
+use support::free_port;
+use vm_support::World;
+
+const IMAGE: &str = "ghcr.io/aibrix/neocloud-node:e2e";
+const BUSYBOX: &str = "neocloud.invalid/busybox:1";
+
+/// How long the workload's readiness endpoint answers 503 after it starts.
+const NOT_READY_SECONDS: u64 = 8;
+
+/// The "inference server": `/ready` answers 503 for its first seconds, `/hello` says who it is.
+const SERVER: &str = r#"
+import http.server, sys, time
+start = time.time()
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        if self.path == "/ready":
+            code, body = (200, b"ok") if time.time() - start > float(sys.argv[2]) else (503, b"loading")
+        elif self.path == "/hello":
+            code, body = 200, b"hello from the burst replica\n"
+        else:
+            code, body = 404, b""
+        self.send_response(code)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+print("serving", flush=True)
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"#;
+
+fn ready(pod: &Pod) -> Option<String> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    Some(
+        conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")?
+            .status
+            .clone(),
+    )
+}
+
+fn pod_ip(pod: &Pod) -> Option<String> {
+    pod.status.as_ref()?.pod_ip.clone()
+}
+
+/// Polls `what` every 200 ms for up to `seconds`, until it returns `Some`.
+async fn until<T, F, Fut>(seconds: u64, what: &str, world: &World, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(t) = f().await {
+            return t;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} within {seconds}s\n{}",
+            world.node_log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A shell command fetching `/hello` from `host:port` (busybox's static `wget` crashes in the
+/// rig's image, so by hand with `nc`).
+fn get(host: &str, port: u16) -> String {
+    format!("printf 'GET /hello HTTP/1.0\\r\\n\\r\\n' | nc -w 10 {host} {port}")
+}
+
+/// Runs `script` in a busybox Pod on the worker node and returns its log once it succeeded.
+async fn client(world: &World, worker: &str, name: &str, script: &str) -> String {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": worker,
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": BUSYBOX, "imagePullPolicy": "Never",
+                "args": [script]}],
+        }
+    }))
+    .unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    let phase = until(90, &format!("client {name} ends"), world, || async {
+        let pod = world.pods().get(name).await.ok()?;
+        let phase = pod.status?.phase?;
+        matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+    })
+    .await;
+    let log = world
+        .pods()
+        .logs(name, &LogParams::default())
+        .await
+        .unwrap_or_default();
+    assert_eq!(phase, "Succeeded", "client {name}: {log}");
+    log
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_pod_serves_on_the_cluster_network_through_its_relay() {
+    let mut world = World::containers("serving").await;
+    let worker = WorkerNode::start(world.ctx.control_plane, "serving-worker")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let binary = Path::new(env!("CARGO_BIN_EXE_neocloud-node"));
+    support::import_node_image(&worker, binary, IMAGE, dir.path());
+    worker.import_busybox(BUSYBOX, &["/bin/sh", "-c"]).unwrap();
+    world.extra_config = format!(
+        "kubeletApi:\n  relays: {{image: \"{IMAGE}\", address: \"{}:{}\"}}\n",
+        worker.host_ip(),
+        world.kubelet_port
+    );
+    let _node = world.spawn();
+
+    // A UDP port: refused before anything is rented, naming the field.
+    let udp: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "dns", "annotations": {"cloud.aibrix.ai/providers": "runpod"}},
+        "spec": {"nodeName": world.node, "containers": [{"name": "main",
+            "image": "registry.invalid/dns:1", "command": ["sleep", "600"],
+            "ports": [{"containerPort": 8053}, {"containerPort": 53, "protocol": "UDP"}],
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))
+    .unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &udp)
+        .await
+        .unwrap();
+    let message = until(60, "the UDP Pod is refused", &world, || async {
+        let status = world.pods().get("dns").await.ok()?.status?;
+        (status.reason.as_deref() == Some("Unsupported")).then_some(status.message?)
+    })
+    .await;
+    assert!(
+        message.contains("spec.containers[0].ports[1].protocol: \"UDP\" is not carried"),
+        "{message}"
+    );
+
+    // The burst replica.
+    let port = free_port();
+    let script = dir.path().join("server.py");
+    std::fs::write(&script, SERVER).unwrap();
+    let replica: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "llama-burst", "labels": {"app": "infer",
+            "model.aibrix.ai/name": "llama"},
+            "annotations": {"cloud.aibrix.ai/providers": "runpod"}},
+        "spec": {"nodeName": world.node, "containers": [{"name": "main",
+            "image": "registry.invalid/vllm:1",
+            "command": ["python3", script.to_str().unwrap(), port.to_string(),
+                NOT_READY_SECONDS.to_string()],
+            "ports": [{"containerPort": port, "name": "http"}],
+            "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"},
+                "periodSeconds": 1, "failureThreshold": 1},
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))
+    .unwrap();
+    let created = world
+        .pods()
+        .create(&PostParams::default(), &replica)
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.unwrap();
+    let relay_name = format!("neocloud-relay-{uid}");
+
+    // Running, not Ready while its model "loads", with its relay's IP.
+    let relay_ip = until(120, "the relay runs with an IP", &world, || async {
+        let relay = world.pods().get(&relay_name).await.ok()?;
+        (relay.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(())?;
+        pod_ip(&relay)
+    })
+    .await;
+    let relay = world.pods().get(&relay_name).await.unwrap();
+    assert_eq!(
+        relay.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("serving-worker")
+    );
+    assert!(!relay.metadata.labels.as_ref().unwrap().contains_key("app"));
+    assert_eq!(
+        relay.metadata.owner_references.as_ref().unwrap()[0].uid,
+        uid
+    );
+    let pod = until(60, "the burst Pod takes its relay's IP", &world, || async {
+        let pod = world.pods().get("llama-burst").await.ok()?;
+        (pod_ip(&pod).as_deref() == Some(relay_ip.as_str())).then_some(pod)
+    })
+    .await;
+    let started = pod.status.as_ref().and_then(|s| s.start_time.clone());
+    let slices: Api<EndpointSlice> =
+        Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
+    let services: Api<Service> = Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "infer"},
+        "spec": {"selector": {"app": "infer"}, "ports": [{"port": 80, "targetPort": "http"}]}
+    }))
+    .unwrap();
+    let service = services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let cluster_ip = service.spec.unwrap().cluster_ip.unwrap();
+    // The endpoint, by whether it is ready.
+    let endpoint = || async {
+        let list = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=infer"))
+            .await
+            .ok()?;
+        list.items
+            .iter()
+            .flat_map(|s| s.endpoints.iter())
+            .find_map(|e| {
+                (e.addresses.first() == Some(&relay_ip))
+                    .then(|| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
+            })
+    };
+    if ready(&pod).as_deref() == Some("True") {
+        panic!("Ready before the readiness probe passed: {:?}", pod.status);
+    }
+    until(
+        60,
+        "the Service lists the burst Pod as not ready",
+        &world,
+        || async { (endpoint().await == Some(false)).then_some(()) },
+    )
+    .await;
+    until(60, "the burst Pod turns Ready", &world, || async {
+        let pod = world.pods().get("llama-burst").await.ok()?;
+        (ready(&pod).as_deref() == Some("True")).then_some(())
+    })
+    .await;
+    until(
+        60,
+        "the Service lists the burst Pod as ready",
+        &world,
+        || async { (endpoint().await == Some(true)).then_some(()) },
+    )
+    .await;
+    let log = client(
+        &world,
+        "serving-worker",
+        "caller",
+        &format!("{} && {}", get(&cluster_ip, 80), get(&relay_ip, port)),
+    )
+    .await;
+    assert_eq!(
+        log.matches("hello from the burst replica").count(),
+        2,
+        "{log}"
+    );
+
+    // The relay lost: not Ready until a new one runs, then at its address.
+    let old_relay = relay.metadata.uid.clone();
+    world
+        .pods()
+        .delete(&relay_name, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    until(
+        30,
+        "the burst Pod is not Ready without its relay",
+        &world,
+        || async {
+            let pod = world.pods().get("llama-burst").await.ok()?;
+            (ready(&pod).as_deref() == Some("False")).then_some(())
+        },
+    )
+    .await;
+    let new_ip = until(120, "a new relay runs", &world, || async {
+        let relay = world.pods().get(&relay_name).await.ok()?;
+        (relay.metadata.uid != old_relay).then_some(())?;
+        (relay.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(())?;
+        pod_ip(&relay).filter(|ip| *ip != relay_ip)
+    })
+    .await;
+    let pod = until(
+        60,
+        "the burst Pod is Ready at its new relay's IP",
+        &world,
+        || async {
+            let pod = world.pods().get("llama-burst").await.ok()?;
+            (pod_ip(&pod).as_deref() == Some(new_ip.as_str())
+                && ready(&pod).as_deref() == Some("True"))
+            .then_some(pod)
+        },
+    )
+    .await;
+    assert_eq!(
+        pod.status.unwrap().start_time,
+        started,
+        "the same Pod, not restarted"
+    );
+    let log = client(
+        &world,
+        "serving-worker",
+        "caller-again",
+        &get(&cluster_ip, 80),
+    )
+    .await;
+    assert!(log.contains("hello from the burst replica"), "{log}");
+
+    // Deleted: the instance is released, and the relay and its Secret go with the Pod.
+    world
+        .pods()
+        .delete("llama-burst", &DeleteParams::default())
+        .await
+        .unwrap();
+    until(90, "the burst Pod is gone", &world, || async {
+        world
+            .pods()
+            .get_opt("llama-burst")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(world.ctx.client.clone(), &world.ctx.namespace);
+    until(60, "the relay and its Secret are gone", &world, || async {
+        let relay = world.pods().get_opt(&relay_name).await.ok()?;
+        let secret = secrets.get_opt(&relay_name).await.ok()?;
+        (relay.is_none() && secret.is_none()).then_some(())
+    })
+    .await;
+    let ledger = world.sims.runpod.ledger();
+    assert_eq!(
+        ledger.entries.len(),
+        1,
+        "one rental, for the replica: {ledger:?}"
+    );
+    assert!(ledger.live().is_empty(), "no instance left: {ledger:?}");
+    drop(worker);
+}
