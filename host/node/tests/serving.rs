@@ -18,10 +18,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, LogParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use neocloud_testenv::WorkerNode;
 use serde_json::json;
 
@@ -29,7 +31,7 @@ mod runner_bin;
 mod support;
 mod vm_support;
 use support::free_port;
-use vm_support::World;
+use vm_support::{World, runner_pids};
 
 const IMAGE: &str = "ghcr.io/aibrix/neocloud-node:e2e";
 const BUSYBOX: &str = "neocloud.invalid/busybox:1";
@@ -46,6 +48,20 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/ready":
             code, body = (200, b"ok") if time.time() - start > float(sys.argv[2]) else (503, b"loading")
+        elif self.path == "/events":
+            # Server-sent events 3 s apart: the first must reach the client before the last
+            # is written.
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            for n, event in enumerate(["first", "last"]):
+                if n:
+                    time.sleep(3)
+                self.wfile.write(b"data: " + event.encode() + b"\n\n")
+                self.wfile.flush()
+            self.close_connection = True
+            return
         elif self.path == "/hello":
             code, body = 200, b"hello from the burst replica\n"
         else:
@@ -284,6 +300,27 @@ async fn a_burst_pod_serves_on_the_cluster_network_through_its_relay() {
         2,
         "{log}"
     );
+    // A server-sent-events response streams through unbuffered: each line is stamped as it
+    // arrives, and the first event comes seconds before the last.
+    let log = client(
+        &world,
+        "serving-worker",
+        "sse",
+        &format!(
+            "(printf 'GET /events HTTP/1.0\\r\\n\\r\\n'; sleep 8) | nc -w 10 {relay_ip} {port} \
+             | while read -r line; do echo \"$(date +%s) $line\"; done"
+        ),
+    )
+    .await;
+    let stamp = |event: &str| -> u64 {
+        let line = log
+            .lines()
+            .find(|l| l.ends_with(event))
+            .unwrap_or_else(|| panic!("{log}"));
+        line.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let (first, last) = (stamp("data: first"), stamp("data: last"));
+    assert!(last >= first + 2, "the first event was held back: {log}");
 
     // The relay lost: not Ready until a new one runs, then at its address.
     let old_relay = relay.metadata.uid.clone();
@@ -365,5 +402,220 @@ async fn a_burst_pod_serves_on_the_cluster_network_through_its_relay() {
         "one rental, for the replica: {ledger:?}"
     );
     assert!(ledger.live().is_empty(), "no instance left: {ledger:?}");
+
+    inference_deployment(&world, &worker).await;
     drop(worker);
+}
+
+/// The replicas' server: busybox's `httpd` in the image on the real node, Python's on the
+/// burst machine (the process executor runs the command there), each saying where it runs;
+/// `/ready` exists only after [`LOADING_SECONDS`].
+fn replica_script(port: u16) -> String {
+    format!(
+        "D=$(mktemp -d); \
+         if command -v python3 >/dev/null; then echo 'hello from the burst replica' > $D/hello; \
+         else echo 'hello from the real node' > $D/hello; fi; \
+         (sleep {LOADING_SECONDS}; echo ok > $D/ready) & \
+         if command -v python3 >/dev/null; then \
+         exec python3 -m http.server {port} --bind 127.0.0.1 --directory $D; \
+         else exec httpd -f -p {port} -h $D; fi"
+    )
+}
+
+/// How long each replica "loads its model" (its readiness probe fails).
+const LOADING_SECONDS: u64 = 20;
+
+/// An "inference" Deployment of two replicas, one on the real node (its one GPU) and one that
+/// bursts, behind one Service; the gateway's view of them; the burst replica's runner cut.
+async fn inference_deployment(world: &World, worker: &WorkerNode) {
+    let client_api = world.ctx.client.clone();
+    let ns = world.ctx.namespace.clone();
+    let nodes: Api<Node> = Api::all(client_api.clone());
+    nodes
+        .patch_status(
+            worker.name(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": {"nvidia.com/gpu": "1"}}})),
+        )
+        .await
+        .unwrap();
+    until(30, "the worker allocating a GPU", world, || async {
+        let status = nodes.get(worker.name()).await.ok()?.status?;
+        (status.allocatable?.get("nvidia.com/gpu")?.0 == "1").then_some(())
+    })
+    .await;
+    let port = free_port();
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "inference"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "inference"}},
+            "template": {
+                "metadata": {"labels": {"app": "inference", "model.aibrix.ai/name": "llama",
+                    "model.aibrix.ai/port": port.to_string()},
+                    "annotations": {"cloud.aibrix.ai/providers": "runpod"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists",
+                                     "effect": "NoSchedule"}],
+                    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 100, "preference": {"matchExpressions": [
+                            {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]}]}}]}},
+                    "containers": [{"name": "main", "image": BUSYBOX,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["/bin/sh", "-c", replica_script(port)],
+                        "ports": [{"containerPort": port, "name": "http"}],
+                        "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"},
+                            "periodSeconds": 1, "failureThreshold": 1},
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+    }))
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client_api.clone(), &ns);
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let on = |pods: &[Pod], node: &str| -> Option<Pod> {
+        pods.iter()
+            .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .cloned()
+    };
+    let (local, burst) = until(
+        120,
+        "one replica on each node, both Running",
+        world,
+        || async {
+            let pods = world
+                .pods()
+                .list(&ListParams::default().labels("app=inference"))
+                .await
+                .ok()?
+                .items;
+            let local = on(&pods, worker.name())?;
+            let burst = on(&pods, &world.node)?;
+            let running = |p: &Pod| p.status.as_ref()?.phase.as_deref().map(|p| p == "Running");
+            (running(&local)? && running(&burst)?).then_some((local, burst))
+        },
+    )
+    .await;
+    let (local_name, burst_name) = (local.name_any(), burst.name_any());
+    let local_ip = until(60, "the local replica's IP", world, || async {
+        pod_ip(&world.pods().get(&local_name).await.ok()?)
+    })
+    .await;
+    let burst_ip = until(120, "the burst replica's relay address", world, || async {
+        pod_ip(&world.pods().get(&burst_name).await.ok()?)
+    })
+    .await;
+    let services: Api<Service> = Api::namespaced(client_api.clone(), &ns);
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "inference"},
+        "spec": {"selector": {"app": "inference"}, "ports": [{"port": 80, "targetPort": "http"}]}
+    }))
+    .unwrap();
+    let created = services.create(&PostParams::default(), &service).await;
+    let cluster_ip = created.unwrap().spec.unwrap().cluster_ip.unwrap();
+    let slices: Api<EndpointSlice> = Api::namespaced(client_api.clone(), &ns);
+    let endpoints = || async {
+        let list = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=inference"))
+            .await
+            .ok()?;
+        let ready: std::collections::BTreeMap<String, bool> = (list.items.iter())
+            .flat_map(|s| s.endpoints.iter())
+            .filter_map(|e| {
+                let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false);
+                Some((e.addresses.first()?.clone(), ready))
+            })
+            .collect();
+        Some(ready)
+    };
+    // The burst replica is listed, not ready, while it loads; then ready.
+    let first = until(60, "the burst replica listed", world, || async {
+        endpoints().await?.get(&burst_ip).copied()
+    })
+    .await;
+    assert!(!first, "listed ready before its probe passed");
+    until(
+        90,
+        "both replicas ready in the EndpointSlice",
+        world,
+        || async {
+            let e = endpoints().await?;
+            (e.get(&burst_ip) == Some(&true) && e.get(&local_ip) == Some(&true)).then_some(())
+        },
+    )
+    .await;
+
+    // Through the Service, from a Pod on the real node: both replicas answer.
+    let many = (0..24)
+        .map(|_| get(&cluster_ip, 80))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let log = client(world, worker.name(), "spread", &many).await;
+    assert!(log.contains("hello from the burst replica"), "{log}");
+    assert!(log.contains("hello from the real node"), "{log}");
+
+    // The gateway's view (AIBrix's): Pods by `model.aibrix.ai/name` that have a podIP, are not
+    // terminating and are Ready, each dialled at podIP:<model.aibrix.ai/port>.
+    let listed = world
+        .pods()
+        .list(&ListParams::default().labels("model.aibrix.ai/name=llama"))
+        .await
+        .unwrap();
+    let targets: Vec<(String, u16)> = (listed.items.iter())
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && ready(p).as_deref() == Some("True"))
+        .filter_map(|p| {
+            let port = p.labels().get("model.aibrix.ai/port")?.parse().ok()?;
+            Some((pod_ip(p)?, port))
+        })
+        .collect();
+    assert_eq!(targets.len(), 2, "{targets:?}");
+    let script = (targets.iter())
+        .map(|(host, port)| get(host, *port))
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let log = client(world, worker.name(), "gateway", &script).await;
+    assert!(
+        log.contains("hello from the burst replica") && log.contains("hello from the real node"),
+        "{log}"
+    );
+
+    // The burst replica's runner cut (stopped: no heartbeat, no session): it leaves the
+    // EndpointSlice within the heartbeat timeout (3 s) and a few seconds of controllers.
+    let pids = runner_pids(world.callback_port);
+    assert_eq!(pids.len(), 1, "one runner: {pids:?}");
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let cut = std::time::Instant::now();
+    until(
+        30,
+        "the burst replica leaves the EndpointSlice",
+        world,
+        || async {
+            let e = endpoints().await?;
+            (e.get(&burst_ip) != Some(&true)).then_some(())
+        },
+    )
+    .await;
+    let gone = cut.elapsed();
+    eprintln!("the cut burst replica left the EndpointSlice after {gone:?}");
+    assert!(gone < Duration::from_secs(3 + 10), "{gone:?}");
+
+    // Scaled to zero: every instance released.
+    deployments
+        .patch(
+            "inference",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    until(120, "no instance left", world, || async {
+        world.sims.runpod.ledger().live().is_empty().then_some(())
+    })
+    .await;
 }
