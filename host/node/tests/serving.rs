@@ -14,6 +14,14 @@
 //!   (the API server accepts a changed `status.podIP`) and serves again.
 //! - A UDP port is refused before anything is rented, naming the field.
 //! - Deleting the burst Pod releases its instance and takes its relay Pod and Secret with it.
+//! - The README's serving example (`examples/serving.yaml`), as written but for its image and
+//!   command: an inference
+//!   Deployment whose one replica runs on the real node and the other bursts. The burst replica
+//!   enters the Service's EndpointSlice only once its probe passes; a client Pod reaches both
+//!   through the Service and at the podIPs the gateway's view lists (AIBrix's: Pods by
+//!   `model.aibrix.ai/name`, Ready, `podIP:<model.aibrix.ai/port>`); a server-sent-events
+//!   response streams through unbuffered; the burst replica's runner cut takes it out of the
+//!   EndpointSlice within the heartbeat timeout.
 
 use std::path::Path;
 use std::time::Duration;
@@ -409,24 +417,37 @@ async fn a_burst_pod_serves_on_the_cluster_network_through_its_relay() {
 
 /// The replicas' server: busybox's `httpd` in the image on the real node, Python's on the
 /// burst machine (the process executor runs the command there), each saying where it runs;
-/// `/ready` exists only after [`LOADING_SECONDS`].
+/// `/health` (vLLM's readiness endpoint) exists only after [`LOADING_SECONDS`].
 fn replica_script(port: u16) -> String {
     format!(
         "D=$(mktemp -d); \
          if command -v python3 >/dev/null; then echo 'hello from the burst replica' > $D/hello; \
          else echo 'hello from the real node' > $D/hello; fi; \
-         (sleep {LOADING_SECONDS}; echo ok > $D/ready) & \
+         (sleep {LOADING_SECONDS}; echo ok > $D/health) & \
          if command -v python3 >/dev/null; then \
          exec python3 -m http.server {port} --bind 127.0.0.1 --directory $D; \
          else exec httpd -f -p {port} -h $D; fi"
     )
 }
 
+/// The Deployment and Service of the README's serving example (`examples/serving.yaml`), as
+/// written.
+fn readme_example() -> (Deployment, Service) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/serving.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let (deployment, service) = text.split_once("\n---\n").expect("two documents");
+    (
+        serde_yaml::from_str(deployment).unwrap(),
+        serde_yaml::from_str(service).unwrap(),
+    )
+}
+
 /// How long each replica "loads its model" (its readiness probe fails).
 const LOADING_SECONDS: u64 = 20;
 
-/// An "inference" Deployment of two replicas, one on the real node (its one GPU) and one that
-/// bursts, behind one Service; the gateway's view of them; the burst replica's runner cut.
+/// The README's serving example (an inference Deployment of two replicas and its Service),
+/// with one replica on the real node (its one GPU) and one that bursts; the gateway's view of
+/// them; the burst replica's runner cut.
 async fn inference_deployment(world: &World, worker: &WorkerNode) {
     let client_api = world.ctx.client.clone();
     let ns = world.ctx.namespace.clone();
@@ -444,32 +465,32 @@ async fn inference_deployment(world: &World, worker: &WorkerNode) {
         (status.allocatable?.get("nvidia.com/gpu")?.0 == "1").then_some(())
     })
     .await;
-    let port = free_port();
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "inference"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "inference"}},
-            "template": {
-                "metadata": {"labels": {"app": "inference", "model.aibrix.ai/name": "llama",
-                    "model.aibrix.ai/port": port.to_string()},
-                    "annotations": {"cloud.aibrix.ai/providers": "runpod"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists",
-                                     "effect": "NoSchedule"}],
-                    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                        {"weight": 100, "preference": {"matchExpressions": [
-                            {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]}]}}]}},
-                    "containers": [{"name": "main", "image": BUSYBOX,
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": ["/bin/sh", "-c", replica_script(port)],
-                        "ports": [{"containerPort": port, "name": "http"}],
-                        "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"},
-                            "periodSeconds": 1, "failureThreshold": 1},
-                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
-    }))
-    .unwrap();
+    let (mut deployment, service) = readme_example();
+    let labels = deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap();
+    let port: u16 = labels.labels.as_ref().unwrap()["model.aibrix.ai/port"]
+        .parse()
+        .unwrap();
+    // Only what cannot run here is swapped: the image and the command.
+    let container = &mut deployment
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0];
+    container.image = Some(BUSYBOX.to_owned());
+    container.image_pull_policy = Some("IfNotPresent".to_owned());
+    container.command = Some(vec!["/bin/sh".into(), "-c".into(), replica_script(port)]);
+    container.args = None;
     let deployments: Api<Deployment> = Api::namespaced(client_api.clone(), &ns);
     deployments
         .create(&PostParams::default(), &deployment)
@@ -487,7 +508,7 @@ async fn inference_deployment(world: &World, worker: &WorkerNode) {
         || async {
             let pods = world
                 .pods()
-                .list(&ListParams::default().labels("app=inference"))
+                .list(&ListParams::default().labels("app=llama-8b"))
                 .await
                 .ok()?
                 .items;
@@ -508,17 +529,12 @@ async fn inference_deployment(world: &World, worker: &WorkerNode) {
     })
     .await;
     let services: Api<Service> = Api::namespaced(client_api.clone(), &ns);
-    let service: Service = serde_json::from_value(json!({
-        "metadata": {"name": "inference"},
-        "spec": {"selector": {"app": "inference"}, "ports": [{"port": 80, "targetPort": "http"}]}
-    }))
-    .unwrap();
     let created = services.create(&PostParams::default(), &service).await;
     let cluster_ip = created.unwrap().spec.unwrap().cluster_ip.unwrap();
     let slices: Api<EndpointSlice> = Api::namespaced(client_api.clone(), &ns);
     let endpoints = || async {
         let list = slices
-            .list(&ListParams::default().labels("kubernetes.io/service-name=inference"))
+            .list(&ListParams::default().labels("kubernetes.io/service-name=llama-8b"))
             .await
             .ok()?;
         let ready: std::collections::BTreeMap<String, bool> = (list.items.iter())
@@ -560,7 +576,7 @@ async fn inference_deployment(world: &World, worker: &WorkerNode) {
     // terminating and are Ready, each dialled at podIP:<model.aibrix.ai/port>.
     let listed = world
         .pods()
-        .list(&ListParams::default().labels("model.aibrix.ai/name=llama"))
+        .list(&ListParams::default().labels("model.aibrix.ai/name=llama-8b"))
         .await
         .unwrap();
     let targets: Vec<(String, u16)> = (listed.items.iter())
@@ -608,7 +624,7 @@ async fn inference_deployment(world: &World, worker: &WorkerNode) {
     // Scaled to zero: every instance released.
     deployments
         .patch(
-            "inference",
+            "llama-8b",
             &PatchParams::default(),
             &Patch::Merge(json!({"spec": {"replicas": 0}})),
         )
