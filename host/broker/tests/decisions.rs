@@ -139,6 +139,7 @@ fn a_price_or_gpu_count_the_provider_leaves_out_comes_from_what_was_rented() {
         created_at: None,
         interruptible: false,
         exit_code: None,
+        ready: None,
     };
     fill_unreported(&mut i, 0.44, Some(2));
     assert_eq!((i.price_per_hour, i.gpu_count), (0.44, 2));

@@ -107,6 +107,10 @@ pub struct InstanceState {
     /// ended (a remote cluster's Pod); `None` for clouds, whose workloads the runner reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// Whether the workload is ready, where the provider itself probes it (a remote cluster's
+    /// Pod, its `Ready` condition); `None` for clouds, whose workloads the runner probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
 }
 
 impl InstanceState {

@@ -28,5 +28,5 @@ pub use pull_secret::RegistryCredential;
 pub use translate::{PodRefused, Refusal, file_mounts, translate_pod};
 pub use workload::{
     CapacityType, EnvFromKind, EnvFromRef, EnvValue, EnvVar, GpuRequest, KeyRef, PortProtocol,
-    PortSpec, ProviderHints, Resources, RunpodCloudType, VastHints, WorkloadSpec,
+    PortSpec, ProviderHints, RemoteProbes, Resources, RunpodCloudType, VastHints, WorkloadSpec,
 };

@@ -222,6 +222,25 @@ pub struct ProviderHints {
     /// without the node's runner (no logs, no exit code; the behaviour before the runner).
     #[serde(default)]
     pub no_runner: bool,
+    /// The container's probes, for a provider whose own kubelet runs them (a remote cluster's
+    /// Pod); the runner runs them from the Pod itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_probes: Option<RemoteProbes>,
+}
+
+/// A container's probes as the Pod gives them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteProbes {
+    /// `readinessProbe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<k8s_openapi::api::core::v1::Probe>,
+    /// `livenessProbe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness: Option<k8s_openapi::api::core::v1::Probe>,
+    /// `startupProbe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup: Option<k8s_openapi::api::core::v1::Probe>,
 }
 
 /// Vast.ai hints. Defaults: verified hosts, reliability at least 0.95, 20 GiB disk.

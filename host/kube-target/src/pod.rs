@@ -85,7 +85,7 @@ pub fn owned_by(pod: &Pod) -> Option<OwnerReference> {
 }
 
 /// The remote Pod for a rental of `product` GPUs: the local Pod's image, command, args, ports,
-/// GPUs and other resources (CPU, memory: its scheduler fits the Pod as the local one would), its environment by reference to [`env_secret`], pinned to nodes of that product,
+/// probes (whose outcome, its `Ready`, is mirrored back), GPUs and other resources (CPU, memory: its scheduler fits the Pod as the local one would), its environment by reference to [`env_secret`], pinned to nodes of that product,
 /// never restarted (the local Pod's outcome is this Pod's), with no service account token.
 pub fn remote_pod(
     req: &CreateRequest,
@@ -140,6 +140,7 @@ pub fn remote_pod(
         annotations.insert(MEMORY_ANNOTATION.to_owned(), m.to_string());
     }
     let non_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+    let probes = req.workload.hints.remote_probes.as_ref();
     Pod {
         metadata: ObjectMeta {
             name: Some(req.external_name.clone()),
@@ -169,6 +170,10 @@ pub fn remote_pod(
                 args: non_empty(&req.workload.args),
                 env: (!env.is_empty()).then_some(env),
                 ports: (!ports.is_empty()).then_some(ports),
+                // The remote kubelet runs the Pod's probes; its `Ready` is mirrored back.
+                readiness_probe: probes.and_then(|p| p.readiness.clone()),
+                liveness_probe: probes.and_then(|p| p.liveness.clone()),
+                startup_probe: probes.and_then(|p| p.startup.clone()),
                 resources: Some(ResourceRequirements {
                     limits: Some(with_gpus(&req.workload.resources.limits, &gpus)),
                     requests: Some(with_gpus(&req.workload.resources.requests, &gpus)),
@@ -341,6 +346,12 @@ pub fn instance_state(cluster: &str, pod: &Pod) -> InstanceState {
         }),
         interruptible: false,
         exit_code: code,
+        ready: pod.status.as_ref().map(|s| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        }),
     }
 }
 
@@ -370,6 +381,7 @@ pub fn orphan_secret_state(cluster: &str, pod_name: &str, secret: &Secret) -> In
         }),
         interruptible: false,
         exit_code: None,
+        ready: None,
     }
 }
 
@@ -479,6 +491,29 @@ mod tests {
         pod.metadata.uid = Some("u".into());
         pod.status = Some(serde_json::from_value(status).unwrap());
         pod
+    }
+
+    #[test]
+    fn the_remote_pod_runs_the_probes_and_its_ready_condition_is_read_back() {
+        let mut req = request();
+        let probe: k8s_openapi::api::core::v1::Probe = serde_json::from_value(
+            json!({"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 2}),
+        )
+        .unwrap();
+        req.workload.hints.remote_probes = Some(neocloud_core::RemoteProbes {
+            readiness: Some(probe.clone()),
+            ..Default::default()
+        });
+        let pod = remote_pod(&req, "burst", "NVIDIA-A100-SXM4-80GB", Some(80));
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        assert_eq!(c.readiness_probe.as_ref(), Some(&probe));
+        assert!(c.liveness_probe.is_none() && c.startup_probe.is_none());
+        let not_ready = with_status(json!({"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "False"}]}));
+        assert_eq!(instance_state("gpu-west", &not_ready).ready, Some(false));
+        let ready = with_status(json!({"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}]}));
+        assert_eq!(instance_state("gpu-west", &ready).ready, Some(true));
     }
 
     #[test]

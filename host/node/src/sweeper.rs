@@ -520,6 +520,7 @@ mod tests {
             created_at,
             interruptible: false,
             exit_code: None,
+            ready: None,
         }
     }
 

@@ -315,6 +315,31 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
         "{remote_ip:?}"
     );
     assert_eq!(pod_ip, remote_ip, "the local Pod has the remote Pod's IP");
+    // The remote kubelet's readiness is the local Pod's: its Ready condition turned False (as a
+    // failing readiness probe turns it) makes the local Pod not Ready, and back.
+    let ready = |p: &Pod| {
+        let conditions = p.status.as_ref()?.conditions.as_ref()?;
+        Some(
+            conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")?
+                .status
+                .clone(),
+        )
+    };
+    assert_eq!(ready(&running).as_deref(), Some("True"));
+    for (remote_ready, local) in [("False", "not Ready"), ("True", "Ready again")] {
+        let patch = json!({"status": {"conditions": [{"type": "Ready", "status": remote_ready}]}});
+        remote
+            .patch_status(&a_name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .unwrap();
+        world
+            .wait_pod("job-a", local, |p| {
+                ready(p).as_deref() == Some(remote_ready)
+            })
+            .await;
+    }
     let binding = world.binding("job-a").await;
     let status = binding.status.clone().unwrap();
     assert_eq!(status.provider.as_deref(), Some("kube"));

@@ -219,6 +219,7 @@ impl FakeState {
             created_at: None,
             interruptible: offer.capacity.is_spot() || request.bid_per_hour.is_some(),
             exit_code: None,
+            ready: None,
         };
         self.instances.insert(n, instance.clone());
         if let Some(run_time) = self.workload_run_time {

@@ -81,7 +81,18 @@ pub fn translate_pod(pod: &Pod) -> Result<WorkloadSpec, PodRefused> {
         }
     };
     match container {
-        Some(c) if refusals.is_empty() => Ok(parsed.into_workload(c)),
+        Some(c) if refusals.is_empty() => {
+            let mut w = parsed.into_workload(c);
+            let first = pod.spec.as_ref().and_then(|s| s.containers.first());
+            w.hints.remote_probes = first
+                .map(|c| crate::workload::RemoteProbes {
+                    readiness: c.readiness_probe.clone(),
+                    liveness: c.liveness_probe.clone(),
+                    startup: c.startup_probe.clone(),
+                })
+                .filter(|p| p != &crate::workload::RemoteProbes::default());
+            Ok(w)
+        }
         _ => Err(PodRefused { refusals }),
     }
 }

@@ -303,6 +303,15 @@ impl Reconciler {
             }
             _ => want.started_at = in_place.started_at.map(rfc3339),
         }
+        // A remote cluster's kubelet probes its Pod: its `Ready` is the container's.
+        if i.provider == ProviderId::Kube
+            && let Some(ready) = i.ready
+        {
+            want.probed = Some(Probed {
+                ready,
+                started: true,
+            });
+        }
         if runner == Some(RunnerStatus::Running) {
             // Until the runner's first report, a probed container is neither ready nor (with a
             // startup probe) started, as on a kubelet.

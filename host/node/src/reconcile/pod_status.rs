@@ -416,6 +416,7 @@ mod tests {
             created_at: None,
             interruptible: false,
             exit_code: None,
+            ready: None,
         }
     }
 

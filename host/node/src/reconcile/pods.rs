@@ -101,11 +101,16 @@ impl Reconciler {
 
     fn translate(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
         let w = translate_pod(pod).map_err(|e| e.to_string())?;
-        let kube = neocloud_core::ProviderId::Kube;
-        let remote_cluster = self.provider(kube).is_some()
-            && (w.providers.is_empty() || w.providers.contains(&kube));
         let runners = self.cfg.runners.as_deref();
-        if let Some(refused) = super::probes::unhonoured(pod, runners, remote_cluster) {
+        // Where the Pod may go: a remote cluster's kubelet runs its probes itself.
+        let kube = neocloud_core::ProviderId::Kube;
+        let only_remote = (self.renter.catalog.provider_ids().into_iter())
+            .filter(|p| w.providers.is_empty() || w.providers.contains(p))
+            .all(|p| p == kube);
+        let refused = (!only_remote)
+            .then(|| super::probes::unhonoured(pod, runners))
+            .flatten();
+        if let Some(refused) = refused {
             return Err(refused);
         }
         if self.cfg.relays.is_some() {

@@ -66,24 +66,16 @@ fn action(k: &k8s_openapi::api::core::v1::Probe, port: Option<u16>) -> Option<Pr
 }
 
 /// Why the Pod's probes cannot be honoured on this node (no runner would run them), naming
-/// the first probe's field; `None` when they can, or when it has none. `remote_cluster` says
-/// whether the Pod may be placed on the `kube` provider (enabled, and allowed by the Pod),
-/// whose remote Pod is not given the probes.
-pub(super) fn unhonoured(
-    pod: &Pod,
-    runners: Option<&Runners>,
-    remote_cluster: bool,
-) -> Option<String> {
+/// the first probe's field; `None` when they can, or when it has none. A remote cluster's
+/// kubelet runs the probes of the Pods placed there (their `Ready` is mirrored), so the `kube`
+/// provider honours them too.
+pub(super) fn unhonoured(pod: &Pod, runners: Option<&Runners>) -> Option<String> {
     let field = neocloud_core::translate::first_probe_field(pod)?;
     let why = match runners {
         None => "probes are run by the runner, and this node runs none (configure a runner)",
         Some(r) if !r.containers().is_empty() && !container_runner(pod) => {
             "probes are run by the runner, and a container provider would run this Pod without \
              it (give the container a command, and do not set cloud.aibrix.ai/runner: \"false\")"
-        }
-        Some(_) if remote_cluster => {
-            "probes are run by the runner, and the kube provider would run this Pod on a remote \
-             cluster without them (leave kube out of cloud.aibrix.ai/providers)"
         }
         Some(_) => return None,
     };
@@ -126,7 +118,7 @@ mod tests {
             (10, 3)
         );
         assert!(probes.startup.is_none());
-        let refused = unhonoured(&pod, None, false).expect("no runner");
+        let refused = unhonoured(&pod, None).expect("no runner");
         assert!(
             refused.starts_with("pod is not supported: spec.containers[0].readinessProbe: probes are run by the runner"),
             "{refused}"

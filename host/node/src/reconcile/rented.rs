@@ -152,6 +152,7 @@ mod tests {
                 created_at: None,
                 interruptible: false,
                 exit_code: None,
+                ready: None,
             },
             attempts,
             adopted: candidate.is_none(),

@@ -142,5 +142,6 @@ pub(crate) fn state(instance: &Instance) -> InstanceState {
         // Lambda rents no spot; its `preempted` status says a reclaim by itself.
         interruptible: false,
         exit_code: None,
+        ready: None,
     }
 }

@@ -208,6 +208,7 @@ pub(crate) fn state(pod: &Pod) -> InstanceState {
         created_at: pod.created_at.as_deref().and_then(parse_time),
         interruptible: pod.interruptible,
         exit_code: None,
+        ready: None,
     }
 }
 

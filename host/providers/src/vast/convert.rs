@@ -276,6 +276,7 @@ pub(crate) fn state(i: &VastInstance) -> InstanceState {
             .and_then(|s| DateTime::<Utc>::from_timestamp_millis((s * 1000.0) as i64)),
         interruptible: i.is_bid.unwrap_or(false),
         exit_code: None,
+        ready: None,
     }
 }
 
