@@ -22,6 +22,7 @@ fn workload() -> Workload {
         restart_policy: None,
         probes: None,
         registry_login: None,
+        egress: Vec::new(),
     }
 }
 
@@ -77,6 +78,7 @@ fn nothing_from_the_pod_is_read_as_a_docker_option() {
         restart_policy: None,
         probes: None,
         registry_login: None,
+        egress: Vec::new(),
     };
     let args = docker_args(
         &w,
