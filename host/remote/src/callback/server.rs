@@ -168,6 +168,7 @@ fn routes(state: Arc<Shared>) -> Router {
         .route("/v1/logs", post(logs))
         .route("/v1/sessions", get(super::sessions::poll))
         .route("/v1/sessions/{id}", get(super::sessions::dial))
+        .route("/v1/egress/{index}", get(super::egress::connect))
         .with_state(state)
 }
 
@@ -195,7 +196,11 @@ pub(super) fn refusal(e: &CallbackError) -> Response {
         CallbackError::NoPreviousRun(_) => StatusCode::NOT_FOUND,
         CallbackError::NotAdoptedYet(_) => return unavailable(e.to_string()),
         CallbackError::RunnerGone { .. } => StatusCode::FORBIDDEN,
-        CallbackError::TooManySessions { .. } => StatusCode::TOO_MANY_REQUESTS,
+        CallbackError::TooManySessions { .. } | CallbackError::TooManyEgress { .. } => {
+            StatusCode::TOO_MANY_REQUESTS
+        }
+        CallbackError::EgressNotNamed { .. } => StatusCode::NOT_FOUND,
+        CallbackError::EgressUnavailable => return unavailable(e.to_string()),
         CallbackError::SessionTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         CallbackError::Tls(_) | CallbackError::Bind(_) | CallbackError::SessionFailed { .. } => {
             StatusCode::INTERNAL_SERVER_ERROR

@@ -392,7 +392,7 @@ pub(super) async fn dial(
     (StatusCode::SWITCHING_PROTOCOLS, headers).into_response()
 }
 
-fn asks_for_session(headers: &HeaderMap) -> bool {
+pub(super) fn asks_for_session(headers: &HeaderMap) -> bool {
     let has = |name, token: &str| {
         headers.get_all(name).iter().any(|value| {
             value
