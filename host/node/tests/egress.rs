@@ -5,6 +5,8 @@
 //! the Service's endpoint behind that port. Another Service, which it did not name, is refused:
 //! nothing listens for it on the machine and the node never dials it.
 //!
+//! A BurstPolicy's `spec.egress` limits what the Pods of the namespaces it governs may name.
+//!
 //! The Services have no selector: their EndpointSlices are written by the test and point at
 //! servers this test runs on the host (the rig's control plane has no kube-proxy on the host's
 //! network; the node resolves a Service to a ready endpoint, which is what it dials in a real
@@ -18,6 +20,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
+use neocloud_node::crd::BurstPolicy;
 use kube::api::PostParams;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -170,15 +173,7 @@ async fn a_bad_egress_entry_is_refused_naming_it_and_nothing_is_rented() {
     }))
     .unwrap();
     world.pods().create(&PostParams::default(), &pod).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let message = loop {
-        let status = world.pods().get("bad").await.unwrap().status.unwrap_or_default();
-        if status.reason.as_deref() == Some("Unsupported") {
-            break status.message.unwrap_or_default();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{status:#?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let message = refusal(&world, "bad").await;
     assert!(
         message.contains(
             "metadata.annotations[cloud.aibrix.ai/egress]: entry \"vault:80\": is not \
@@ -187,6 +182,79 @@ async fn a_bad_egress_entry_is_refused_naming_it_and_nothing_is_rented() {
         "{message}"
     );
     assert!(world.sims.ledger().entries.is_empty(), "nothing rented");
+    node.start_kill().unwrap();
+    let _ = node.wait().await;
+}
+
+/// Waits up to 60 s for Pod `name` to be refused as unsupported; its message.
+async fn refusal(world: &World, name: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = world.pods().get(name).await.unwrap().status.unwrap_or_default();
+        if status.reason.as_deref() == Some("Unsupported") {
+            return status.message.unwrap_or_default();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A Pod `name` running `true` through the runner, naming `egress`.
+async fn egress_pod(world: &World, name: &str, egress: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": {"cloud.aibrix.ai/egress": egress}},
+        "spec": {"nodeName": world.node, "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                "command": ["true"], "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }))
+    .unwrap();
+    world.pods().create(&PostParams::default(), &pod).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_policy_limits_the_destinations_a_namespace_may_name() {
+    let world = World::containers("egresspol").await;
+    let mut node = world.spawn();
+    let ns = world.ctx.namespace.clone();
+    let name = format!("{ns}-egress");
+    let policy: BurstPolicy = serde_json::from_value(json!({
+        "apiVersion": "cloud.aibrix.ai/v1alpha1", "kind": "BurstPolicy",
+        "metadata": {"name": name},
+        "spec": {"cel": {"constraints": "true"},
+            "egress": {"namespaces": [ns], "allowed": [format!("registry.{ns}:*")]}},
+    }))
+    .unwrap();
+    let policies: Api<BurstPolicy> = Api::all(world.ctx.client.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    // The node installs the CRD as it starts.
+    while let Err(e) = policies.create(&PostParams::default(), &policy).await {
+        assert!(tokio::time::Instant::now() < deadline, "{e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    while !policies
+        .get(&name)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.loaded)
+    {
+        assert!(tokio::time::Instant::now() < deadline, "{}", world.node_log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    egress_pod(&world, "denied", &format!("registry.{ns}:80, vault.{ns}:80")).await;
+    let message = refusal(&world, "denied").await;
+    assert!(
+        message.contains(&format!(
+            "metadata.annotations[cloud.aibrix.ai/egress]: vault.{ns}:80 is not allowed for \
+             namespace {ns} by BurstPolicy {name} (spec.egress.allowed)"
+        )),
+        "{message}"
+    );
+    egress_pod(&world, "allowed", &format!("registry.{ns}:80")).await;
+    world.wait_phase("allowed", &["Succeeded"]).await;
+    assert_eq!(world.sims.ledger().entries.len(), 1, "only the allowed Pod rented");
+    policies.delete(&name, &Default::default()).await.unwrap();
     node.start_kill().unwrap();
     let _ = node.wait().await;
 }

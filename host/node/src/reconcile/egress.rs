@@ -10,7 +10,10 @@ use k8s_openapi::api::core::v1::Pod;
 use neocloud_core::translate::{ANNOTATION_PREFIX, EGRESS_ANNOTATION};
 use neocloud_protocol::EgressTarget;
 
+use kube::ResourceExt;
+
 use super::runners::Runners;
+use crate::policies::PolicyRegistry;
 
 /// The destinations `pod` names, as its runner serves them (empty when none).
 pub(super) fn for_runner(pod: &Pod) -> Vec<EgressTarget> {
@@ -38,6 +41,26 @@ pub(super) fn unhonoured(
     Some(format!(
         "pod is not supported: metadata.annotations[{ANNOTATION_PREFIX}{EGRESS_ANNOTATION}]: \
          egress is served by the runner, and {why}"
+    ))
+}
+
+/// Why a destination the Pod names is not allowed by a BurstPolicy that governs its namespace
+/// (`spec.egress`), naming the entry and the policy; `None` when every one is allowed.
+pub(super) fn forbidden(pod: &Pod, policies: Option<&PolicyRegistry>) -> Option<String> {
+    let named = neocloud_core::translate::egress(pod);
+    if named.is_empty() {
+        return None;
+    }
+    let namespace = pod.namespace().unwrap_or_default();
+    let limits = policies?.egress_limits(&namespace);
+    let (destination, policy) = named.iter().find_map(|d| {
+        let (policy, _) = limits.iter().find(|(_, limit)| !limit.allows(d))?;
+        Some((d, policy))
+    })?;
+    Some(format!(
+        "pod is not supported: metadata.annotations[{ANNOTATION_PREFIX}{EGRESS_ANNOTATION}]: \
+         {destination} is not allowed for namespace {namespace} by BurstPolicy {policy} \
+         (spec.egress.allowed)"
     ))
 }
 

@@ -111,6 +111,9 @@ impl Reconciler {
         if let Some(refused) = super::egress::unhonoured(pod, runners, remote_cluster) {
             return Err(refused);
         }
+        if let Some(refused) = super::egress::forbidden(pod, self.policies.as_deref()) {
+            return Err(refused);
+        }
         let mut planner = self.planner.clone();
         if let Some(src) = &w.constraint {
             let expr = self.cel.compile_constraint(src).map_err(|e| {
