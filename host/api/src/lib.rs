@@ -23,8 +23,7 @@ pub use binding::{
 };
 pub use policy::{
     BurstPolicy, BurstPolicySpec, BurstPolicyStatus, CelRules, ConfigMapKeyRef, EgressRules,
-    FailurePolicy,
-    PolicyError, PolicyMode, SecretRef, SignatureRequirement, WasmSource,
+    FailurePolicy, PolicyError, PolicyMode, SecretRef, SignatureRequirement, WasmSource,
 };
 pub use receipt::{CloudPodReceipt, CloudPodReceiptSpec, RECEIPT_CLUSTER_LABEL, receipt_name};
 

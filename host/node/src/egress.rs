@@ -48,7 +48,9 @@ impl KubeDialer {
         let list = slices
             .list(&ListParams::default().labels(&selector))
             .await
-            .map_err(|e| format!("failed to list the EndpointSlices of Service {ns}/{name}: {e}"))?;
+            .map_err(|e| {
+                format!("failed to list the EndpointSlices of Service {ns}/{name}: {e}")
+            })?;
         Ok(ready(&list.items, port.name.as_deref()))
     }
 }
@@ -56,9 +58,9 @@ impl KubeDialer {
 /// The Service's TCP port `port`.
 fn service_port(service: &Service, port: u16) -> Option<&ServicePort> {
     let ports = service.spec.as_ref()?.ports.as_ref()?;
-    ports.iter().find(|p| {
-        p.port == i32::from(port) && p.protocol.as_deref().unwrap_or("TCP") == "TCP"
-    })
+    ports
+        .iter()
+        .find(|p| p.port == i32::from(port) && p.protocol.as_deref().unwrap_or("TCP") == "TCP")
 }
 
 /// Every ready endpoint address with its port of the slices' port named `name`.
@@ -69,7 +71,10 @@ fn ready(slices: &[EndpointSlice], name: Option<&str>) -> Vec<(String, u16)> {
             p.name.as_deref().unwrap_or("") == name.unwrap_or("")
                 && p.protocol.as_deref().unwrap_or("TCP") == "TCP"
         });
-        let Some(number) = port.and_then(|p| p.port).and_then(|p| u16::try_from(p).ok()) else {
+        let Some(number) = port
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok())
+        else {
             continue;
         };
         for endpoint in &slice.endpoints {
@@ -129,7 +134,13 @@ mod tests {
             {"name": "dns", "port": 53, "protocol": "UDP"},
             {"name": "http", "port": 80, "targetPort": 8080}]}}))
         .unwrap();
-        assert_eq!(service_port(&service, 80).and_then(|p| p.name.as_deref()), Some("http"));
-        assert!(service_port(&service, 53).is_none(), "a UDP port is not carried");
+        assert_eq!(
+            service_port(&service, 80).and_then(|p| p.name.as_deref()),
+            Some("http")
+        );
+        assert!(
+            service_port(&service, 53).is_none(),
+            "a UDP port is not carried"
+        );
     }
 }

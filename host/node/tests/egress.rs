@@ -20,8 +20,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
-use neocloud_node::crd::BurstPolicy;
 use kube::api::PostParams;
+use neocloud_node::crd::BurstPolicy;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -133,7 +133,11 @@ async fn the_workload_reaches_a_service_it_named_and_not_one_it_did_not() {
                 "command": command, "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }))
     .unwrap();
-    world.pods().create(&PostParams::default(), &pod).await.unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
     let done = world.wait_phase("caller", &["Succeeded", "Failed"]).await;
     let phase = done.status.and_then(|s| s.phase);
     assert_eq!(phase.as_deref(), Some("Succeeded"), "{}", world.node_log());
@@ -148,7 +152,11 @@ async fn the_workload_reaches_a_service_it_named_and_not_one_it_did_not() {
         world.node_log()
     );
     assert_eq!(named_hits.load(Ordering::SeqCst), 1);
-    assert_eq!(other_hits.load(Ordering::SeqCst), 0, "the node dialled an un-named Service");
+    assert_eq!(
+        other_hits.load(Ordering::SeqCst),
+        0,
+        "the node dialled an un-named Service"
+    );
     let names = std::fs::read_to_string(&hosts).unwrap();
     assert!(
         names.contains(&format!(
@@ -172,7 +180,11 @@ async fn a_bad_egress_entry_is_refused_naming_it_and_nothing_is_rented() {
             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }))
     .unwrap();
-    world.pods().create(&PostParams::default(), &pod).await.unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
     let message = refusal(&world, "bad").await;
     assert!(
         message.contains(
@@ -190,7 +202,13 @@ async fn a_bad_egress_entry_is_refused_naming_it_and_nothing_is_rented() {
 async fn refusal(world: &World, name: &str) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let status = world.pods().get(name).await.unwrap().status.unwrap_or_default();
+        let status = world
+            .pods()
+            .get(name)
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
         if status.reason.as_deref() == Some("Unsupported") {
             return status.message.unwrap_or_default();
         }
@@ -208,7 +226,11 @@ async fn egress_pod(world: &World, name: &str, egress: &str) {
                 "command": ["true"], "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }))
     .unwrap();
-    world.pods().create(&PostParams::default(), &pod).await.unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -238,11 +260,20 @@ async fn a_burst_policy_limits_the_destinations_a_namespace_may_name() {
         .status
         .is_some_and(|s| s.loaded)
     {
-        assert!(tokio::time::Instant::now() < deadline, "{}", world.node_log());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            world.node_log()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    egress_pod(&world, "denied", &format!("registry.{ns}:80, vault.{ns}:80")).await;
+    egress_pod(
+        &world,
+        "denied",
+        &format!("registry.{ns}:80, vault.{ns}:80"),
+    )
+    .await;
     let message = refusal(&world, "denied").await;
     assert!(
         message.contains(&format!(
@@ -253,7 +284,11 @@ async fn a_burst_policy_limits_the_destinations_a_namespace_may_name() {
     );
     egress_pod(&world, "allowed", &format!("registry.{ns}:80")).await;
     world.wait_phase("allowed", &["Succeeded"]).await;
-    assert_eq!(world.sims.ledger().entries.len(), 1, "only the allowed Pod rented");
+    assert_eq!(
+        world.sims.ledger().entries.len(),
+        1,
+        "only the allowed Pod rented"
+    );
     policies.delete(&name, &Default::default()).await.unwrap();
     node.start_kill().unwrap();
     let _ = node.wait().await;

@@ -73,7 +73,11 @@ mod tests {
         };
         assert_eq!(
             t.host_names(),
-            ["registry.ml.svc.cluster.local", "registry.ml.svc", "registry.ml"]
+            [
+                "registry.ml.svc.cluster.local",
+                "registry.ml.svc",
+                "registry.ml"
+            ]
         );
         assert_eq!(t.to_string(), "registry.ml:8080");
         assert_eq!(EgressTarget::path(3), "v1/egress/3");

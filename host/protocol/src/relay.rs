@@ -102,7 +102,10 @@ mod tests {
         let (peer_in, peer_out) = tokio::io::split(peer);
         let (mut reader, mut writer) = (frame_reader(peer_in), frame_writer(peer_out));
         app.write_all(b"ping").await.unwrap();
-        assert_eq!(reader.next().await.unwrap().unwrap(), Frame::Data(b"ping".to_vec()));
+        assert_eq!(
+            reader.next().await.unwrap().unwrap(),
+            Frame::Data(b"ping".to_vec())
+        );
         writer.send(Frame::Data(b"pong".to_vec())).await.unwrap();
         writer.send(Frame::DataEnd).await.unwrap();
         let mut got = Vec::new();
@@ -123,7 +126,9 @@ mod tests {
         let frame = frame_reader(peer).next().await.unwrap().unwrap();
         assert_eq!(
             frame,
-            Frame::Error("the connection was idle for 50ms (the egress idle timeout) and was closed".into())
+            Frame::Error(
+                "the connection was idle for 50ms (the egress idle timeout) and was closed".into()
+            )
         );
     }
 
@@ -132,7 +137,10 @@ mod tests {
         let (socket, _app) = tokio::io::duplex(64);
         let (framed, peer) = tokio::io::duplex(1024);
         let mut writer = frame_writer(peer);
-        writer.send(Frame::Error("connection refused".into())).await.unwrap();
+        writer
+            .send(Frame::Error("connection refused".into()))
+            .await
+            .unwrap();
         let err = relay(socket, framed, None).await.unwrap_err();
         assert_eq!(err.to_string(), "connection refused");
     }

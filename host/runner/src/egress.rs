@@ -17,8 +17,8 @@ use std::path::Path;
 
 use std::sync::Arc;
 
-use neocloud_protocol::{EgressTarget, ExecutorKind};
 use neocloud_protocol::relay::{RelayError, relay};
+use neocloud_protocol::{EgressTarget, ExecutorKind};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -70,7 +70,10 @@ pub fn write_hosts(path: &Path, names: &[String]) -> Result<(), String> {
         return Ok(());
     }
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let known = |n: &String| text.lines().any(|l| l.split_whitespace().skip(1).any(|w| w == n));
+    let known = |n: &String| {
+        text.lines()
+            .any(|l| l.split_whitespace().skip(1).any(|w| w == n))
+    };
     if names.iter().all(known) {
         return Ok(());
     }
@@ -177,7 +180,9 @@ where
         Err(RelayError::Refused(why)) => {
             tracing::warn!(destination = %target, why, "runner: egress connection refused");
         }
-        Err(e) => tracing::debug!(destination = %target, error = %e, "runner: egress connection ended"),
+        Err(e) => {
+            tracing::debug!(destination = %target, error = %e, "runner: egress connection ended")
+        }
     }
 }
 

@@ -58,7 +58,10 @@ async fn a_loopback_connection_is_carried_to_the_node_both_ways() {
     let (mut from_runner, mut to_runner) = split_frames(node);
     let frame = from_runner.next().await.unwrap().unwrap();
     assert_eq!(frame, Frame::Data(b"GET / HTTP/1.0\r\n\r\n".to_vec()));
-    to_runner.send(Frame::Data(b"HTTP/1.0 200 OK\r\n\r\nhi".to_vec())).await.unwrap();
+    to_runner
+        .send(Frame::Data(b"HTTP/1.0 200 OK\r\n\r\nhi".to_vec()))
+        .await
+        .unwrap();
     to_runner.send(Frame::DataEnd).await.unwrap();
     let mut got = String::new();
     app.read_to_string(&mut got).await.unwrap();
@@ -74,7 +77,10 @@ async fn an_error_from_the_node_closes_the_workloads_connection() {
     let mut app = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let (_, node) = opened.recv().await.unwrap();
     let (_, mut to_runner) = split_frames(node);
-    to_runner.send(Frame::Error("connection refused".into())).await.unwrap();
+    to_runner
+        .send(Frame::Error("connection refused".into()))
+        .await
+        .unwrap();
     let mut got = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(5), app.read_to_end(&mut got));
     let _ = read.await.expect("the connection is closed");
@@ -98,5 +104,8 @@ fn hosts_entries_are_appended_once_and_an_unwritable_file_is_said() {
     );
     let missing = dir.path().join("no/such/hosts");
     let err = write_hosts(&missing, &names).unwrap_err();
-    assert!(err.contains("the destinations' cluster names do not resolve"), "{err}");
+    assert!(
+        err.contains("the destinations' cluster names do not resolve"),
+        "{err}"
+    );
 }

@@ -270,8 +270,14 @@ fn egress_names_resolve_to_the_loopback_in_the_container() {
     };
     let args = docker_args(&workload(), Path::new("/tmp/x.env"), &options, "c");
     let image = args.iter().position(|a| a == "--").expect("--");
-    for want in ["--add-host=registry.ml.svc:127.0.0.1", "--add-host=registry.ml:127.0.0.1"] {
+    for want in [
+        "--add-host=registry.ml.svc:127.0.0.1",
+        "--add-host=registry.ml:127.0.0.1",
+    ] {
         let at = args.iter().position(|a| a == want);
-        assert!(at.is_some_and(|at| at < image), "{want} before the image: {args:?}");
+        assert!(
+            at.is_some_and(|at| at < image),
+            "{want} before the image: {args:?}"
+        );
     }
 }

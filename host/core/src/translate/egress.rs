@@ -118,8 +118,14 @@ mod tests {
     #[test]
     fn each_bad_entry_is_named_with_why() {
         let cases = [
-            ("registry.ml", "entry \"registry.ml\": is not name.namespace:port"),
-            ("registry:80", "entry \"registry:80\": is not name.namespace:port"),
+            (
+                "registry.ml",
+                "entry \"registry.ml\": is not name.namespace:port",
+            ),
+            (
+                "registry:80",
+                "entry \"registry:80\": is not name.namespace:port",
+            ),
             ("Registry.ml:80", "\"Registry\" is not a Service name"),
             ("1reg.ml:80", "\"1reg\" is not a Service name"),
             ("reg.ml.svc:80", "\"ml.svc\" is not a namespace"),

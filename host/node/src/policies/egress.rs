@@ -113,8 +113,8 @@ mod tests {
 
     #[test]
     fn patterns_match_each_part_exactly_or_any() {
-        let limit = EgressLimit::check(&rules(&["team-a"], &["registry.ml:8080", "*.shared:*"]))
-            .unwrap();
+        let limit =
+            EgressLimit::check(&rules(&["team-a"], &["registry.ml:8080", "*.shared:*"])).unwrap();
         assert!(limit.governs("team-a") && !limit.governs("team-b"));
         assert!(limit.allows(&dest("registry.ml:8080")));
         assert!(!limit.allows(&dest("registry.ml:9090")));
@@ -122,14 +122,21 @@ mod tests {
         assert!(limit.allows(&dest("cache.shared:6379")));
         let every = EgressLimit::check(&rules(&["*"], &[])).unwrap();
         assert!(every.governs("anything"));
-        assert!(!every.allows(&dest("registry.ml:8080")), "empty allows nothing");
+        assert!(
+            !every.allows(&dest("registry.ml:8080")),
+            "empty allows nothing"
+        );
     }
 
     #[test]
     fn bad_patterns_and_missing_namespaces_are_load_errors_naming_the_field() {
-        let errors = EgressLimit::check(&rules(&[], &["ok.ns:1", "registry:80", "a.b:0", "a*.b:1"]))
-            .unwrap_err();
-        let said: Vec<String> = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+        let errors =
+            EgressLimit::check(&rules(&[], &["ok.ns:1", "registry:80", "a.b:0", "a*.b:1"]))
+                .unwrap_err();
+        let said: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect();
         assert_eq!(
             said,
             [

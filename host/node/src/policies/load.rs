@@ -86,7 +86,11 @@ pub(crate) async fn load(
 ) -> Result<LoadedPolicy, LoadFailure> {
     let spec = &bp.spec;
     let max_replacements = check_max_replacements(spec.max_replacements)?;
-    let egress = spec.egress.as_ref().map(super::EgressLimit::check).transpose()?;
+    let egress = spec
+        .egress
+        .as_ref()
+        .map(super::EgressLimit::check)
+        .transpose()?;
     let (digest, body) = match (&spec.cel, &spec.wasm) {
         (Some(rules), None) => {
             let (cel, rules) = (Arc::clone(cel), rules.clone());

@@ -62,7 +62,10 @@ impl std::fmt::Debug for EgressConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EgressConfig")
             .field("dialer", &self.dialer.is_some())
-            .field("max_connections_per_binding", &self.max_connections_per_binding)
+            .field(
+                "max_connections_per_binding",
+                &self.max_connections_per_binding,
+            )
             .field("connect_timeout", &self.connect_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .finish()
@@ -121,7 +124,10 @@ pub(super) async fn connect(
         .extensions_mut()
         .remove::<hyper::upgrade::OnUpgrade>()
     else {
-        return error(StatusCode::BAD_REQUEST, "this connection cannot be upgraded");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "this connection cannot be upgraded",
+        );
     };
     tokio::spawn(async move {
         let Ok(upgraded) = upgrade.await else {
@@ -147,7 +153,10 @@ fn admit(
     index: &str,
     config: &EgressConfig,
 ) -> Result<(EgressTarget, Slot, Arc<dyn EgressDialer>), CallbackError> {
-    let dialer = config.dialer.clone().ok_or(CallbackError::EgressUnavailable)?;
+    let dialer = config
+        .dialer
+        .clone()
+        .ok_or(CallbackError::EgressUnavailable)?;
     let named = state.egress(uid, rental, index.parse().unwrap_or(usize::MAX))?;
     let target = named.target.ok_or_else(|| CallbackError::EgressNotNamed {
         uid: uid.to_owned(),

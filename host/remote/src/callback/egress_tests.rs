@@ -97,7 +97,9 @@ async fn echo() -> u16 {
 /// Relays a fresh loopback pair through `io`; the workload's end.
 async fn through(io: reqwest::Upgraded) -> TcpStream {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let app = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+    let app = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
     let (socket, _) = listener.accept().await.unwrap();
     tokio::spawn(neocloud_protocol::relay::relay(socket, io, None));
     app
@@ -114,7 +116,10 @@ async fn a_named_destination_is_dialled_and_carried_both_ways() {
     let mut got = Vec::new();
     app.read_to_end(&mut got).await.unwrap();
     assert_eq!(got, b"hello");
-    assert_eq!(*rig.dialer.0.lock().unwrap(), [format!("echo.default:{port}")]);
+    assert_eq!(
+        *rig.dialer.0.lock().unwrap(),
+        [format!("echo.default:{port}")]
+    );
 }
 
 #[tokio::test]
@@ -140,7 +145,10 @@ async fn a_wrong_session_is_refused() {
     let rig = rig(64).await;
     let port = echo().await;
     let _runner = rig.runner("uid-1", vec![target(port)]).await;
-    let url = format!("https://127.0.0.1:{}/v1/egress/0", rig.server.local_addr().port());
+    let url = format!(
+        "https://127.0.0.1:{}/v1/egress/0",
+        rig.server.local_addr().port()
+    );
     let cert = reqwest::Certificate::from_pem(rig.server.cert_pem().as_bytes()).unwrap();
     let http = reqwest::Client::builder()
         .add_root_certificate(cert)
