@@ -22,11 +22,14 @@ async fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// The connections the fake callback opened: the index asked for and the node's end.
+type Opened = mpsc::UnboundedReceiver<(usize, DuplexStream)>;
+
 /// A fake callback: each open hands the node's end of a pipe, with the index asked for, to
 /// the test.
 fn fake_node() -> (
     impl Fn(usize) -> std::future::Ready<Result<DuplexStream, String>> + Clone + Send + Sync,
-    mpsc::UnboundedReceiver<(usize, DuplexStream)>,
+    Opened,
 ) {
     let (tx, rx) = mpsc::unbounded_channel();
     let tx = Arc::new(tx);

@@ -25,12 +25,15 @@ impl<T: PartialEq> Part<T> {
     }
 }
 
+/// One pattern: service, namespace, port.
+type Pattern = (Part<String>, Part<String>, Part<u16>);
+
 /// A checked `spec.egress`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressLimit {
     /// The Pod namespaces it governs; `None` for every one.
     namespaces: Option<Vec<String>>,
-    allowed: Vec<(Part<String>, Part<String>, Part<u16>)>,
+    allowed: Vec<Pattern>,
 }
 
 impl EgressLimit {
@@ -80,7 +83,7 @@ impl EgressLimit {
     }
 }
 
-fn parse(pattern: &str) -> Result<(Part<String>, Part<String>, Part<u16>), String> {
+fn parse(pattern: &str) -> Result<Pattern, String> {
     let shape = || format!("{pattern:?} is not service.namespace:port (each part may be *)");
     let (host, port) = pattern.rsplit_once(':').ok_or_else(shape)?;
     let (service, namespace) = host.split_once('.').ok_or_else(shape)?;
