@@ -123,21 +123,8 @@ async fn the_workload_reaches_a_service_it_named_and_not_one_it_did_not() {
         named_port.to_string(),
         other_port.to_string(),
     ];
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "caller", "annotations": {
-            "cloud.aibrix.ai/providers": "runpod",
-            "cloud.aibrix.ai/egress": format!("registry.{ns}:{named_port}"),
-        }},
-        "spec": {"nodeName": world.node, "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
-                "command": command, "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-    }))
-    .unwrap();
-    world
-        .pods()
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+    let egress = format!("registry.{ns}:{named_port}");
+    egress_pod(&world, "caller", &egress, &command).await;
     let done = world.wait_phase("caller", &["Succeeded", "Failed"]).await;
     let phase = done.status.and_then(|s| s.phase);
     assert_eq!(phase.as_deref(), Some("Succeeded"), "{}", world.node_log());
@@ -172,19 +159,8 @@ async fn the_workload_reaches_a_service_it_named_and_not_one_it_did_not() {
 async fn a_bad_egress_entry_is_refused_naming_it_and_nothing_is_rented() {
     let world = World::containers("egressbad").await;
     let mut node = world.spawn();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "bad", "annotations": {
-            "cloud.aibrix.ai/egress": "registry.ml:8080, vault:80"}},
-        "spec": {"nodeName": world.node, "containers": [{"name": "main",
-            "image": "registry.invalid/cuda:12", "command": ["true"],
-            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-    }))
-    .unwrap();
-    world
-        .pods()
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+    let exit = ["true".to_owned()];
+    egress_pod(&world, "bad", "registry.ml:8080, vault:80", &exit).await;
     let message = refusal(&world, "bad").await;
     assert!(
         message.contains(
@@ -217,20 +193,17 @@ async fn refusal(world: &World, name: &str) -> String {
     }
 }
 
-/// A Pod `name` running `true` through the runner, naming `egress`.
-async fn egress_pod(world: &World, name: &str, egress: &str) {
+/// A Pod `name` running `command` through the runner, naming `egress`.
+async fn egress_pod(world: &World, name: &str, egress: &str, command: &[String]) {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "annotations": {"cloud.aibrix.ai/egress": egress}},
         "spec": {"nodeName": world.node, "restartPolicy": "Never",
             "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
-                "command": ["true"], "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                "command": command, "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }))
     .unwrap();
-    world
-        .pods()
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+    let pods = world.pods();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -268,12 +241,9 @@ async fn a_burst_policy_limits_the_destinations_a_namespace_may_name() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    egress_pod(
-        &world,
-        "denied",
-        &format!("registry.{ns}:80, vault.{ns}:80"),
-    )
-    .await;
+    let exit = ["true".to_owned()];
+    let both = format!("registry.{ns}:80, vault.{ns}:80");
+    egress_pod(&world, "denied", &both, &exit).await;
     let message = refusal(&world, "denied").await;
     assert!(
         message.contains(&format!(
@@ -282,7 +252,7 @@ async fn a_burst_policy_limits_the_destinations_a_namespace_may_name() {
         )),
         "{message}"
     );
-    egress_pod(&world, "allowed", &format!("registry.{ns}:80")).await;
+    egress_pod(&world, "allowed", &format!("registry.{ns}:80"), &exit).await;
     world.wait_phase("allowed", &["Succeeded"]).await;
     assert_eq!(
         world.sims.ledger().entries.len(),

@@ -58,13 +58,13 @@ fn parse_entry(entry: &str) -> Result<EgressDestination, String> {
     let shape = "is not name.namespace:port";
     let (host, port) = entry.rsplit_once(':').ok_or(shape)?;
     let (service, namespace) = host.split_once('.').ok_or(shape)?;
-    if !dns_label(service) || !service.starts_with(|c: char| c.is_ascii_lowercase()) {
+    if !is_dns_label(service) || !service.starts_with(|c: char| c.is_ascii_lowercase()) {
         return Err(format!(
             "{service:?} is not a Service name (a DNS-1035 label: lower-case letters, digits \
              and '-', starting with a letter, at most 63)"
         ));
     }
-    if !dns_label(namespace) {
+    if !is_dns_label(namespace) {
         return Err(format!(
             "{namespace:?} is not a namespace (a DNS-1123 label: lower-case letters, digits \
              and '-', at most 63)"
@@ -82,8 +82,9 @@ fn parse_entry(entry: &str) -> Result<EgressDestination, String> {
     })
 }
 
-/// A DNS-1123 label: 1-63 of `[a-z0-9-]`, not starting or ending with `-`.
-fn dns_label(s: &str) -> bool {
+/// Whether `s` is an RFC 1123 label: lower-case alphanumerics and `-`, at most 63, starting and
+/// ending alphanumeric.
+pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()

@@ -23,7 +23,8 @@ use crate::workload::WorkloadSpec;
 pub use annotations::{ANNOTATION_PREFIX, KNOWN_ANNOTATIONS, MAX_EXPRESSION_BYTES};
 pub use container::GPU_RESOURCE;
 pub use egress::{
-    EGRESS_ANNOTATION, EgressDestination, MAX_EGRESS_DESTINATIONS, egress, parse_egress,
+    EGRESS_ANNOTATION, EgressDestination, MAX_EGRESS_DESTINATIONS, egress, is_dns_label,
+    parse_egress,
 };
 pub use probes::{ContainerProbe, first_probe_field, probes};
 

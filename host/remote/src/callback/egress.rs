@@ -22,8 +22,8 @@ use neocloud_protocol::EgressTarget;
 use neocloud_protocol::session::{Frame, SESSION_UPGRADE, frame_writer};
 
 use super::CallbackError;
-use super::server::{AppState, Authed, error, refusal};
-use super::sessions::{SessionIo, asks_for_session};
+use super::server::{AppState, Authed, refusal};
+use super::sessions::{SessionIo, upgrade};
 
 /// Dials an in-cluster destination for a runner's egress connection.
 #[async_trait::async_trait]
@@ -107,10 +107,11 @@ pub(super) async fn connect(
     Path(index): Path<String>,
     mut request: Request,
 ) -> Response {
-    if !asks_for_session(request.headers()) {
-        let message = format!("egress needs Connection: upgrade and Upgrade: {SESSION_UPGRADE}");
-        return error(StatusCode::UPGRADE_REQUIRED, message);
-    }
+    // Refused before anything is admitted, as a session is; then the Pod's list decides.
+    let upgrade = match upgrade(&mut request, "egress") {
+        Ok(upgrade) => upgrade,
+        Err(refused) => return *refused,
+    };
     let config = state.config.egress.clone();
     let admitted = admit(&state, &uid, rental, &index, &config);
     let (target, slot, dialer) = match admitted {
@@ -119,15 +120,6 @@ pub(super) async fn connect(
             tracing::warn!(binding = %uid, index, error = %e, "callback: egress refused");
             return refusal(&e);
         }
-    };
-    let Some(upgrade) = request
-        .extensions_mut()
-        .remove::<hyper::upgrade::OnUpgrade>()
-    else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "this connection cannot be upgraded",
-        );
     };
     tokio::spawn(async move {
         let Ok(upgraded) = upgrade.await else {
