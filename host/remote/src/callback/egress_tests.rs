@@ -214,3 +214,18 @@ async fn an_unreachable_destination_is_an_error_frame_naming_it() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_connection_outlives_the_runners_request_timeout() {
+    let rig = rig(64).await;
+    let port = echo().await;
+    let runner = rig.runner("uid-1", vec![target(port)]).await;
+    let runner = runner.with_request_timeout(std::time::Duration::from_millis(300));
+    let mut app = through(runner.open_egress(0).await.expect("open")).await;
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    app.write_all(b"still here").await.unwrap();
+    app.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    app.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"still here");
+}
