@@ -22,8 +22,8 @@ pub use binding::{
     gpu_model,
 };
 pub use policy::{
-    BurstPolicy, BurstPolicySpec, BurstPolicyStatus, CelRules, ConfigMapKeyRef, FailurePolicy,
-    PolicyError, PolicyMode, SecretRef, SignatureRequirement, WasmSource,
+    BurstPolicy, BurstPolicySpec, BurstPolicyStatus, CelRules, ConfigMapKeyRef, EgressRules,
+    FailurePolicy, PolicyError, PolicyMode, SecretRef, SignatureRequirement, WasmSource,
 };
 pub use receipt::{CloudPodReceipt, CloudPodReceiptSpec, RECEIPT_CLUSTER_LABEL, receipt_name};
 

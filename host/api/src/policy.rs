@@ -61,6 +61,23 @@ pub struct BurstPolicySpec {
     #[x_kube(validation = Rule::new("self <= 100")
         .message("spec.maxReplacements must be at most 100"))]
     pub max_replacements: Option<u32>,
+    /// Which in-cluster destinations Pods may name in `cloud.aibrix.ai/egress`: Pods in the
+    /// namespaces listed here (whatever policy they choose) may name only destinations that
+    /// match one of `allowed`. Unset: this policy limits no one's egress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressRules>,
+}
+
+/// The egress destinations Pods of some namespaces may name.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressRules {
+    /// The Pod namespaces these rules govern; `*` governs every namespace.
+    pub namespaces: Vec<String>,
+    /// Patterns `service.namespace:port`; each of the three parts may be `*` (any). A
+    /// destination no pattern matches refuses the Pod that names it. Empty: no egress at all.
+    #[serde(default)]
+    pub allowed: Vec<String>,
 }
 
 /// Where a Wasm component comes from: exactly one of path, configMap, url, oci.

@@ -268,3 +268,21 @@ fn annotations_outside_the_prefix_are_ignored() {
     pod["metadata"]["annotations"] = serde_json::json!({"example.com/anything": "x"});
     assert!(translate_pod(&common::to_pod(pod)).is_ok());
 }
+
+#[test]
+fn egress_names_destinations_and_a_bad_entry_refuses_the_pod_naming_it() {
+    let pod = pod_with_annotation("egress", "registry.ml:8080,kv.cache:6379");
+    translate_pod(&pod).expect("accepted");
+    let named: Vec<String> = neocloud_core::translate::egress(&pod)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(named, ["registry.ml:8080", "kv.cache:6379"]);
+    assert_eq!(
+        refusal("egress", "registry.ml:8080, registry:80"),
+        format!(
+            "{}: entry \"registry:80\": is not name.namespace:port",
+            field("egress")
+        )
+    );
+}

@@ -63,16 +63,7 @@ fn error(field: String, message: String) -> ConfigError {
     ConfigError { field, message }
 }
 
-/// Whether `s` is an RFC 1123 label: lower-case alphanumerics and `-`, at most 63, starting and
-/// ending alphanumeric.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
+pub use neocloud_core::translate::is_dns_label;
 
 /// The namespace and name a Secret reference (`name` or `namespace/name`) names; a bare name is
 /// in `own_namespace`.

@@ -6,6 +6,7 @@
 //! policy engines, cloud APIs in the providers.
 
 pub mod crd;
+pub mod egress;
 pub mod metrics;
 pub mod naming;
 pub mod policies;

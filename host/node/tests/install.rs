@@ -19,6 +19,28 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// `kubectl args` with `stdin`, whatever its outcome.
+fn kubectl_stdin(ctx: &TestContext, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write as _;
+    let mut child = ctx
+        .control_plane
+        .kubectl()
+        .current_dir(repo())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn kubectl(ctx: &TestContext, args: &[&str]) -> Output {
     let run = || {
         ctx.control_plane
@@ -219,6 +241,11 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
         &["get", "namespaces/kube-system"],
         &["create", "secrets", "-n", "aibrix-system"],
         &["update", "secrets", "-n", "aibrix-system"],
+        // Relays, anywhere; what they may be is the relay policy's (below).
+        &["create", "pods", "-A"],
+        &["create", "secrets", "-n", "default"],
+        &["patch", "secrets", "-n", "default"],
+        &["delete", "secrets", "-n", "default"],
         &[
             "patch",
             "burstpolicies.cloud.aibrix.ai",
@@ -231,7 +258,6 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
     let refused: &[&[&str]] = &[
         &["list", "secrets", "-A"],
         &["watch", "secrets", "-A"],
-        &["create", "pods", "-A"],
         &["update", "pods", "-A"],
         &["delete", "nodes"],
         &["create", "customresourcedefinitions.apiextensions.k8s.io"],
@@ -244,9 +270,7 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
         &["get", "namespaces/default"],
         &["list", "namespaces"],
         &["update", "namespaces/kube-system"],
-        &["create", "secrets", "-n", "default"],
         &["update", "secrets", "-n", "default"],
-        &["delete", "secrets", "-n", "aibrix-system"],
         // Rules the review dropped: nothing the node does lists Nodes or Leases, writes a
         // status with anything but one verb, or replaces a binding whole.
         &["list", "nodes"],
@@ -273,6 +297,92 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
             !can(args),
             "the role is broader than listed: it allows {args:?}"
         );
+    }
+
+    // The relay policy: as the node, only relay Pods and Secrets (server-side dry runs).
+    let relay = |name: &str, extra: serde_json::Value| {
+        let mut pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default",
+                "labels": {"cloud.aibrix.ai/relay-for": "u-1"}},
+            "spec": {"automountServiceAccountToken": false,
+                "containers": [{"name": "relay", "image": "ghcr.io/aibrix/neocloud-node:1",
+                    "securityContext": {"allowPrivilegeEscalation": false}}],
+                "volumes": [{"name": "relay", "secret": {"secretName": name}}]}});
+        merge(&mut pod, extra);
+        pod.to_string()
+    };
+    let as_node = |manifest: String, verb: &str| {
+        let out = kubectl_stdin(
+            &ctx,
+            &["--as", sa, verb, "--dry-run=server", "-f", "-"],
+            &manifest,
+        );
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = as_node(relay("neocloud-relay-u-1", serde_json::json!({})), "create");
+    assert!(ok, "a relay Pod is allowed: {err}");
+    let refusals = [
+        ("anything else", relay("mallory", serde_json::json!({}))),
+        (
+            "a token",
+            relay(
+                "neocloud-relay-u-1",
+                serde_json::json!({"spec": {"automountServiceAccountToken": true}}),
+            ),
+        ),
+        (
+            "host network",
+            relay(
+                "neocloud-relay-u-1",
+                serde_json::json!({"spec": {"hostNetwork": true}}),
+            ),
+        ),
+        (
+            "another Secret",
+            relay(
+                "neocloud-relay-u-1",
+                serde_json::json!({"spec": {"volumes": [{"name": "x", "secret": {"secretName": "creds"}}]}}),
+            ),
+        ),
+        (
+            "privilege escalation",
+            relay(
+                "neocloud-relay-u-1",
+                serde_json::json!({"spec": {"containers": [{"name": "relay", "image": "i",
+                    "securityContext": {"allowPrivilegeEscalation": true}}]}}),
+            ),
+        ),
+    ];
+    for (what, manifest) in refusals {
+        let (ok, err) = as_node(manifest, "create");
+        assert!(
+            !ok && err.contains("aibrix-neocloud-node-relays"),
+            "{what}: {err}"
+        );
+    }
+    let secret = |name: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": "default",
+                "labels": {"cloud.aibrix.ai/relay-for": "u-1"}}})
+        .to_string()
+    };
+    assert!(as_node(secret("neocloud-relay-u-1"), "create").0);
+    let (ok, err) = as_node(secret("database-password"), "create");
+    assert!(!ok && err.contains("only relay Pods and Secrets"), "{err}");
+}
+
+/// `extra`'s fields into `base`, objects merged and everything else replaced.
+fn merge(base: &mut serde_json::Value, extra: serde_json::Value) {
+    match (base, extra) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(e)) => {
+            for (k, v) in e {
+                merge(b.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (b, e) => *b = e,
     }
 }
 

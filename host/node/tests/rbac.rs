@@ -40,6 +40,9 @@ async fn the_namespaced_install_reads_secrets_only_in_its_watched_namespaces() {
         // the leader's label on the node's own Pods
         &["patch", "pods", "-n", "aibrix-system"],
         &["create", "events", "-n", "gpu-jobs"],
+        // relays of its burst Pods, there only
+        &["create", "secrets", "-n", "gpu-jobs"],
+        &["create", "pods", "-n", "gpu-jobs"],
     ];
     for args in allowed {
         assert!(can(args), "the namespaced install should allow {args:?}");
@@ -51,7 +54,9 @@ async fn the_namespaced_install_reads_secrets_only_in_its_watched_namespaces() {
         &["get", "secrets", "-A"],
         &["list", "secrets", "-n", "gpu-jobs"],
         &["watch", "configmaps", "-n", "gpu-jobs"],
-        &["create", "secrets", "-n", "gpu-jobs"],
+        &["create", "secrets", "-n", "default"],
+        &["create", "pods", "-n", "default"],
+        &["delete", "secrets", "-n", "kube-system"],
         &["patch", "pods", "-n", "gpu-jobs"],
     ];
     for args in refused {

@@ -7,13 +7,16 @@
 //! `neocloud-node`'s `callback` module, the client in `neocloud-runner`. Kept small on purpose:
 //! the runner links it onto every rented VM.
 
+mod egress;
 mod probes;
+pub mod relay;
 mod secret;
 pub mod session;
 pub mod wire;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use egress::{CLUSTER_DOMAIN, EgressTarget, WORKLOAD_EGRESS_QUERY};
 pub use probes::{
     Probe, ProbeAction, ProbeFailure, ProbeKind, ProbeStatus, Probes, WORKLOAD_PROBES_QUERY,
 };

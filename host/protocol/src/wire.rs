@@ -46,6 +46,12 @@ pub struct Workload {
     /// runner from before private images reads every other workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry_login: Option<RegistryLogin>,
+    /// The in-cluster destinations the workload may reach (the Pod's `cloud.aibrix.ai/egress`),
+    /// for a runner that serves them (it asks with [`crate::WORKLOAD_EGRESS_QUERY`]; the node
+    /// leaves them out for runners that do not). An index into this list names a destination
+    /// on `GET /v1/egress/{index}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<crate::EgressTarget>,
 }
 
 /// A login to one container registry. `Debug` never shows the password. The node's

@@ -265,8 +265,8 @@ impl CallbackClient {
         }
     }
 
-    /// `GET /v1/workload`, saying that this runner restarts workloads in place and runs probes
-    /// (so the node includes the Pod's restart policy and probes).
+    /// `GET /v1/workload`, saying that this runner restarts workloads in place, runs probes and
+    /// serves egress (so the node includes the Pod's restart policy, probes and destinations).
     pub async fn workload(&self) -> Result<Workload, RunnerError> {
         let what = "fetch the workload";
         let (key, value) = neocloud_protocol::WORKLOAD_RESTARTS_QUERY
@@ -275,9 +275,12 @@ impl CallbackClient {
         let (probes, run) = neocloud_protocol::WORKLOAD_PROBES_QUERY
             .split_once('=')
             .unwrap_or_default();
+        let (egress, serve) = neocloud_protocol::WORKLOAD_EGRESS_QUERY
+            .split_once('=')
+            .unwrap_or_default();
         let response = self
             .call(what, Method::GET, "v1/workload", true, |r| {
-                r.query(&[(key, value), (probes, run)])
+                r.query(&[(key, value), (probes, run), (egress, serve)])
             })
             .await?;
         json(response).await.map_err(|e| e.during(what))
@@ -363,26 +366,42 @@ impl CallbackClient {
                 message: format!("the node offered a session with an invalid id {id:?}"),
             });
         }
-        let path = format!("v1/sessions/{id}");
+        self.upgraded(WHAT, &format!("v1/sessions/{id}")).await
+    }
+
+    /// `GET /v1/egress/{index}` upgraded: a connection to the egress destination at `index` of
+    /// the workload's list, on which `Data` frames are spoken (the node dials it; an `Error`
+    /// frame says it could not). Not retried except once after a refused session.
+    pub async fn open_egress(&self, index: usize) -> Result<reqwest::Upgraded, RunnerError> {
+        let path = neocloud_protocol::EgressTarget::path(index);
+        self.upgraded("open an egress connection", &path).await
+    }
+
+    /// `GET path` with `Upgrade:` [`SESSION_UPGRADE`], and the upgraded connection.
+    async fn upgraded(
+        &self,
+        what: &'static str,
+        path: &str,
+    ) -> Result<reqwest::Upgraded, RunnerError> {
         let mut again = true;
         loop {
             let request = self
-                .authed(Method::GET, &path)
+                .authed(Method::GET, path)
                 .await?
                 .header(reqwest::header::CONNECTION, "upgrade")
                 .header(reqwest::header::UPGRADE, SESSION_UPGRADE)
                 .timeout(self.request_timeout);
             let response = request.send().await.map_err(|e| RunnerError::Http {
-                what: WHAT,
+                what,
                 message: error_chain(&e),
             })?;
             if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                 return response.upgrade().await.map_err(|e| RunnerError::Http {
-                    what: WHAT,
+                    what,
                     message: error_chain(&e),
                 });
             }
-            let e = refusal(WHAT, response).await;
+            let e = refusal(what, response).await;
             self.note(&e);
             if !(again && self.recover(&e).await) {
                 return Err(e);

@@ -43,6 +43,9 @@ pub struct DockerOptions {
     /// The workload's file directories the runner wrote, bind-mounted read-only at their mount
     /// paths: `(directory, mount path)` (see `crate::files`).
     pub mounts: Vec<(PathBuf, String)>,
+    /// Names that resolve to the machine's loopback in the container (`--add-host`): the
+    /// egress destinations' cluster names (see `crate::egress`).
+    pub loopback_hosts: Vec<String>,
 }
 
 /// Starts run `run` of `workload` (0, then one more per restart in place); its output lines go
@@ -132,6 +135,9 @@ pub fn docker_args(
     }
     out.push(format!("--name={container}"));
     out.push(format!("--network={}", docker.network));
+    for name in &docker.loopback_hosts {
+        out.push(format!("--add-host={name}:127.0.0.1"));
+    }
     out.push(format!("--env-file={}", env_file.display()));
     if let Some(dir) = &workload.working_dir {
         out.push(format!("--workdir={dir}"));

@@ -8,6 +8,7 @@ fn docker(network: &str) -> DockerOptions {
         network: network.into(),
         gpus: Some("all".into()),
         mounts: Vec::new(),
+        loopback_hosts: Vec::new(),
     }
 }
 
@@ -22,6 +23,7 @@ fn workload() -> Workload {
         restart_policy: None,
         probes: None,
         registry_login: None,
+        egress: Vec::new(),
     }
 }
 
@@ -77,6 +79,7 @@ fn nothing_from_the_pod_is_read_as_a_docker_option() {
         restart_policy: None,
         probes: None,
         registry_login: None,
+        egress: Vec::new(),
     };
     let args = docker_args(
         &w,
@@ -210,6 +213,7 @@ fn without_gpus_docker_is_not_asked_for_any() {
         network: "host".into(),
         gpus: None,
         mounts: Vec::new(),
+        loopback_hosts: Vec::new(),
     };
     let args = docker_args(
         &workload(),
@@ -256,4 +260,24 @@ fn docker_args_bind_mount_the_runner_s_file_directories_read_only() {
         at < image,
         "an option of docker's, before the image: {args:?}"
     );
+}
+
+#[test]
+fn egress_names_resolve_to_the_loopback_in_the_container() {
+    let options = DockerOptions {
+        loopback_hosts: vec!["registry.ml.svc".into(), "registry.ml".into()],
+        ..docker("host")
+    };
+    let args = docker_args(&workload(), Path::new("/tmp/x.env"), &options, "c");
+    let image = args.iter().position(|a| a == "--").expect("--");
+    for want in [
+        "--add-host=registry.ml.svc:127.0.0.1",
+        "--add-host=registry.ml:127.0.0.1",
+    ] {
+        let at = args.iter().position(|a| a == want);
+        assert!(
+            at.is_some_and(|at| at < image),
+            "{want} before the image: {args:?}"
+        );
+    }
 }

@@ -24,6 +24,7 @@
 
 pub mod backoff;
 mod client;
+pub mod egress;
 mod executor;
 mod files;
 pub mod probe;
@@ -109,7 +110,14 @@ pub struct RunnerArgs {
     /// times it). A knob for tests only, hidden: only kubelet's default belongs in production.
     #[arg(long, hide = true, env = RESTART_BACKOFF_ENV, default_value = "10s", value_parser = parse_duration)]
     pub restart_backoff: Duration,
+    /// The hosts file the process executor adds the egress destinations' names to (a knob for
+    /// tests, hidden: on a rented VM it is `/etc/hosts`).
+    #[arg(long, hide = true, env = HOSTS_FILE_ENV, default_value = "/etc/hosts")]
+    pub hosts_file: std::path::PathBuf,
 }
+
+/// The environment variable of the runner's hidden `--hosts-file`.
+pub const HOSTS_FILE_ENV: &str = "NEOCLOUD_RUNNER_HOSTS_FILE";
 
 /// The environment variable of the runner's hidden `--restart-backoff` (tests shorten the
 /// restart back-off with it).
@@ -129,6 +137,7 @@ impl std::fmt::Debug for RunnerArgs {
             .field("gpus", &self.gpus)
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("restart_backoff", &self.restart_backoff)
+            .field("hosts_file", &self.hosts_file)
             .finish()
     }
 }
@@ -340,6 +349,8 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     let container = container_name(&spiffe_id);
     // The files are written once for every run on this machine, and follow their objects.
     let prepared = files::Files::prepare(args.executor, &workload.files, &container);
+    // Served for every run on this machine.
+    let (egress, loopback_hosts) = egress::start(&client, &workload.egress, &args).await;
     let mut runs = Runs {
         args: &args,
         client: &client,
@@ -348,6 +359,7 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
         container: &container,
         logs: Some(logs_tx),
         docker_mounts: Vec::new(),
+        loopback_hosts,
         backoff: backoff::Backoff::with_base(args.restart_backoff),
         restarts: 0,
         last: None,
@@ -364,6 +376,7 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     if let Some(follow) = follow {
         follow.abort();
     }
+    egress.abort();
     drop(runs.logs.take());
     let (code, message) = match ended {
         Ok(ended) => ended,
@@ -402,6 +415,8 @@ struct Runs<'a> {
     logs: Option<mpsc::Sender<LogRecord>>,
     /// The workload's file directories, bind-mounted by the docker executor.
     docker_mounts: Vec<(std::path::PathBuf, String)>,
+    /// The egress destinations' names, resolved to the loopback by the docker executor.
+    loopback_hosts: Vec<String>,
     backoff: backoff::Backoff,
     /// Restarts in place so far: the number of the current run.
     restarts: u32,
@@ -468,6 +483,7 @@ impl Runs<'_> {
             network: args.network.clone(),
             gpus: (args.gpus != "none").then(|| args.gpus.clone()),
             mounts: self.docker_mounts.clone(),
+            loopback_hosts: self.loopback_hosts.clone(),
         };
         let Some(logs) = self.logs.as_ref() else {
             return Ok(Err("the log channel is closed".into()));

@@ -15,7 +15,7 @@ use crate::workload::{CapacityType, GpuRequest, ProviderHints, RunpodCloudType, 
 pub const ANNOTATION_PREFIX: &str = "cloud.aibrix.ai/";
 
 /// Every annotation name (after the prefix) a Pod may carry.
-pub const KNOWN_ANNOTATIONS: [&str; 15] = [
+pub const KNOWN_ANNOTATIONS: [&str; 16] = [
     "gpu-type",
     "max-price",
     "capacity-type",
@@ -31,6 +31,7 @@ pub const KNOWN_ANNOTATIONS: [&str; 15] = [
     "vast-offer-id",
     "runpod-cloud-type",
     "runner",
+    "egress",
 ];
 
 /// The longest CEL expression accepted in `constraints` or `rank`.
@@ -87,6 +88,10 @@ impl Parsed {
             "vast-offer-id" => self.hints.vast.offer_id = Some(id(value, "an offer id")?),
             "runpod-cloud-type" => self.hints.runpod_cloud_type = Some(runpod_cloud(value)?),
             "runner" => self.hints.no_runner = !boolean(value)?,
+            // Read on its own by `translate::egress`; checked here like every annotation.
+            "egress" => {
+                super::parse_egress(value)?;
+            }
             _ => {
                 return Err(format!(
                     "unknown annotation; known ones are {}",

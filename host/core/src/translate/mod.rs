@@ -7,6 +7,7 @@
 
 mod annotations;
 mod container;
+mod egress;
 mod image_ref;
 mod pod_level;
 mod probes;
@@ -21,6 +22,10 @@ use crate::workload::WorkloadSpec;
 
 pub use annotations::{ANNOTATION_PREFIX, KNOWN_ANNOTATIONS, MAX_EXPRESSION_BYTES};
 pub use container::GPU_RESOURCE;
+pub use egress::{
+    EGRESS_ANNOTATION, EgressDestination, MAX_EGRESS_DESTINATIONS, egress, is_dns_label,
+    parse_egress,
+};
 pub use probes::{ContainerProbe, first_probe_field, probes};
 
 /// One reason a Pod cannot be run by the virtual node.

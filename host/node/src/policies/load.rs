@@ -40,6 +40,8 @@ pub(crate) struct LoadedPolicy {
     pub mode: PolicyMode,
     /// `spec.maxReplacements`, checked.
     pub max_replacements: Option<u32>,
+    /// `spec.egress`, checked.
+    pub egress: Option<super::EgressLimit>,
     pub body: Body,
 }
 
@@ -84,6 +86,11 @@ pub(crate) async fn load(
 ) -> Result<LoadedPolicy, LoadFailure> {
     let spec = &bp.spec;
     let max_replacements = check_max_replacements(spec.max_replacements)?;
+    let egress = spec
+        .egress
+        .as_ref()
+        .map(super::EgressLimit::check)
+        .transpose()?;
     let (digest, body) = match (&spec.cel, &spec.wasm) {
         (Some(rules), None) => {
             let (cel, rules) = (Arc::clone(cel), rules.clone());
@@ -107,6 +114,7 @@ pub(crate) async fn load(
         failure: spec.failure_policy,
         mode: spec.mode,
         max_replacements,
+        egress,
         body,
     })
 }

@@ -14,6 +14,7 @@
 //! for evaluating policies (the engines and the broker do).
 
 mod cel;
+mod egress;
 mod load;
 mod oci;
 mod registry;
@@ -22,5 +23,6 @@ pub use neocloud_broker::wasm;
 pub use neocloud_broker::wasm::wit;
 
 pub use cel::Governed;
+pub use egress::EgressLimit;
 pub use registry::{PolicyRegistry, PolicyUnavailable, Resolved};
 pub use status::LOADED;

@@ -311,6 +311,20 @@ impl PolicyRegistry {
         }
     }
 
+    /// The egress limits of every loaded policy that governs Pods in `namespace`, by policy
+    /// name. A policy that failed to load limits nothing until it loads (its status says why).
+    pub fn egress_limits(&self, namespace: &str) -> Vec<(String, super::EgressLimit)> {
+        let entries = self.read();
+        let loaded = entries.iter().filter_map(|(name, entry)| match entry {
+            Entry::Loaded { policy, .. } => Some((name, policy.egress.as_ref()?)),
+            Entry::Failed { .. } => None,
+        });
+        loaded
+            .filter(|(_, limit)| limit.governs(namespace))
+            .map(|(name, limit)| (name.clone(), limit.clone()))
+            .collect()
+    }
+
     /// The planner and fallback for one Pod under policy `name`: the policy's filter, ranker,
     /// pricing and fallback (each present piece wrapped in the metrics wrappers under the
     /// policy's name) in place of `base`'s and `fallback`, everything else from `base`.

@@ -18,6 +18,7 @@
 
 mod attempts;
 mod bindings;
+mod egress;
 mod endings;
 mod env;
 mod files;

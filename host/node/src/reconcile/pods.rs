@@ -113,6 +113,15 @@ impl Reconciler {
         if let Some(refused) = refused {
             return Err(refused);
         }
+        // Egress is carried by the runner only: a remote cluster's Pod has none.
+        let remote_cluster = self.provider(kube).is_some()
+            && (w.providers.is_empty() || w.providers.contains(&kube));
+        if let Some(refused) = super::egress::unhonoured(pod, runners, remote_cluster) {
+            return Err(refused);
+        }
+        if let Some(refused) = super::egress::forbidden(pod, self.policies.as_deref()) {
+            return Err(refused);
+        }
         if self.cfg.relays.is_some() {
             super::relays::tcp_ports(pod)?;
         }

@@ -71,15 +71,32 @@ fn action(k: &k8s_openapi::api::core::v1::Probe, port: Option<u16>) -> Option<Pr
 /// provider honours them too.
 pub(super) fn unhonoured(pod: &Pod, runners: Option<&Runners>) -> Option<String> {
     let field = neocloud_core::translate::first_probe_field(pod)?;
-    let why = match runners {
-        None => "probes are run by the runner, and this node runs none (configure a runner)",
-        Some(r) if !r.containers().is_empty() && !container_runner(pod) => {
-            "probes are run by the runner, and a container provider would run this Pod without \
-             it (give the container a command, and do not set cloud.aibrix.ai/runner: \"false\")"
-        }
-        Some(_) => return None,
-    };
-    Some(format!("pod is not supported: {field}: {why}"))
+    // A remote cluster's kubelet runs them itself: only the clouds need a runner.
+    let why = without_runner(pod, runners, false)?;
+    Some(format!(
+        "pod is not supported: {field}: probes are run by the runner, and {why}"
+    ))
+}
+
+/// Why no runner would run `pod` on this node, as the end of a sentence; `None` when one
+/// would (what probes and egress need).
+pub(super) fn without_runner(
+    pod: &Pod,
+    runners: Option<&Runners>,
+    remote_cluster: bool,
+) -> Option<&'static str> {
+    match runners {
+        None => Some("this node runs none (configure a runner)"),
+        Some(r) if !r.containers().is_empty() && !container_runner(pod) => Some(
+            "a container provider would run this Pod without it (give the container a \
+             command, and do not set cloud.aibrix.ai/runner: \"false\")",
+        ),
+        Some(_) if remote_cluster => Some(
+            "the kube provider would run this Pod on a remote cluster without it (leave kube \
+             out of cloud.aibrix.ai/providers)",
+        ),
+        Some(_) => None,
+    }
 }
 
 #[cfg(test)]

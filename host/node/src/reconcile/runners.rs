@@ -503,6 +503,7 @@ fn workload(
         working_dir: None,
         files: files.files.clone(),
         probes: super::probes::for_runner(pod),
+        egress: super::egress::for_runner(pod),
         registry_login: login.map(|l| RegistryLogin {
             server: l.server.clone(),
             username: l.username.clone(),

@@ -18,7 +18,8 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use crate::callback::{
-    CallbackConfig, CallbackServer, DEFAULT_TRUST_DOMAIN, RunnerEvent, RunnerIdentity, TlsMaterial,
+    CallbackConfig, CallbackServer, DEFAULT_TRUST_DOMAIN, EgressConfig, RunnerEvent,
+    RunnerIdentity, TlsMaterial,
 };
 use crate::callback::{ExecutorKind, RunnerDownload, UserDataOptions};
 use crate::reconcile::Runners;
@@ -86,6 +87,57 @@ pub struct RunnerSettings {
     /// The callback listener's bounds: open connections, header and body timeouts.
     #[serde(default)]
     pub connections: super::listener::ConnectionSettings,
+    /// Bounds of the connections workloads open to the in-cluster destinations their Pods name
+    /// (`cloud.aibrix.ai/egress`).
+    #[serde(default)]
+    pub egress: EgressSettings,
+}
+
+/// Bounds of egress connections (see `cloud.aibrix.ai/egress`).
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EgressSettings {
+    /// Egress connections one Pod may have open at once; more are refused (429).
+    #[serde(default = "default_egress_connections")]
+    pub max_connections_per_binding: usize,
+    /// How long dialling a destination may take, seconds.
+    #[serde(default = "default_egress_connect_timeout")]
+    pub connect_timeout_seconds: u64,
+    /// A connection on which nothing moved either way this long is closed, seconds.
+    #[serde(default = "default_egress_idle_timeout")]
+    pub idle_timeout_seconds: u64,
+}
+
+impl Default for EgressSettings {
+    fn default() -> Self {
+        Self {
+            max_connections_per_binding: default_egress_connections(),
+            connect_timeout_seconds: default_egress_connect_timeout(),
+            idle_timeout_seconds: default_egress_idle_timeout(),
+        }
+    }
+}
+
+fn default_egress_connections() -> usize {
+    64
+}
+fn default_egress_connect_timeout() -> u64 {
+    10
+}
+fn default_egress_idle_timeout() -> u64 {
+    600
+}
+
+impl EgressSettings {
+    /// The callback's egress configuration, dialling through the API server with `client`.
+    fn config(&self, client: Client) -> EgressConfig {
+        EgressConfig {
+            dialer: Some(Arc::new(crate::egress::KubeDialer::new(client))),
+            max_connections_per_binding: self.max_connections_per_binding,
+            connect_timeout: Duration::from_secs(self.connect_timeout_seconds),
+            idle_timeout: Duration::from_secs(self.idle_timeout_seconds),
+        }
+    }
 }
 
 fn default_container_providers() -> Vec<ProviderId> {
@@ -126,6 +178,16 @@ impl RunnerSettings {
         self.listen_addr()?;
         self.executor_kind()?;
         self.connections.check("runner.connections")?;
+        let e = &self.egress;
+        if e.max_connections_per_binding == 0
+            || e.connect_timeout_seconds == 0
+            || e.idle_timeout_seconds == 0
+        {
+            bail!(
+                "runner.egress: maxConnectionsPerBinding, connectTimeoutSeconds and \
+                 idleTimeoutSeconds must each be at least 1"
+            );
+        }
         if let Some(p) = self
             .container_providers
             .iter()
@@ -254,6 +316,7 @@ impl RunnerSettings {
         node: &str,
     ) -> anyhow::Result<(CallbackServer, Arc<Runners>, mpsc::Receiver<RunnerEvent>)> {
         let files = self.cert_file.as_ref().zip(self.key_file.as_ref());
+        let egress = self.egress.config(client.clone());
         let identity = self.load_identity(client, node).await?;
         let tls = match (files, identity.tls()) {
             (Some((cert, key)), _) => TlsMaterial::from_files(cert, key)?,
@@ -275,6 +338,7 @@ impl RunnerSettings {
             // renting may take (a fallback ladder with provider retries).
             bootstrap_ttl: Duration::from_secs(self.boot_timeout_seconds + RENTAL_SLACK_SECONDS),
             serve: self.connections.limits(),
+            egress,
             ..CallbackConfig::default()
         };
         let (server, events) = CallbackServer::start(config, &tls).await?;

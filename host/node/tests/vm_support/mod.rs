@@ -85,8 +85,14 @@ impl World {
     /// A world whose RunPod and Vast containers run the runner from their start command, with
     /// a node renting from those two.
     pub async fn containers(prefix: &str) -> World {
+        World::containers_with(prefix, crate::runner_bin::runner_binary()).await
+    }
+
+    /// [`World::containers`] whose containers start `runner` (a runner binary, or a script
+    /// that starts one).
+    pub async fn containers_with(prefix: &str, runner: PathBuf) -> World {
         let ctx = TestContext::new(prefix).await;
-        let runner = || SimConfig::fast().with_user_data_runner(crate::runner_bin::runner_binary());
+        let runner = || SimConfig::fast().with_user_data_runner(runner.clone());
         let sims = CloudSim::start(CloudSimConfig {
             runpod: runner(),
             lambda: SimConfig::fast(),

@@ -29,6 +29,7 @@
 //! with this server (the `neocloud-protocol` crate, re-exported here).
 
 pub mod credential;
+pub mod egress;
 pub mod identity;
 mod logs;
 mod ratelimit;
@@ -42,6 +43,7 @@ use std::time::Duration;
 
 pub use crate::tls::TlsMaterial;
 pub use credential::{CredentialKind, RunnerKeys};
+pub use egress::{EgressConfig, EgressDialer};
 pub use identity::RunnerIdentity;
 pub use logs::{LogBuffer, LogLimits, LogLine, LogOptions};
 pub use neocloud_protocol::{
@@ -97,6 +99,8 @@ pub struct CallbackConfig {
     pub max_sessions_per_binding: usize,
     /// The listener's bounds: open connections, header and body timeouts.
     pub serve: crate::serving::ServeLimits,
+    /// How runners' egress connections are dialled and bounded.
+    pub egress: EgressConfig,
 }
 
 impl Default for CallbackConfig {
@@ -122,6 +126,7 @@ impl Default for CallbackConfig {
             session_open_timeout: Duration::from_secs(15),
             max_sessions_per_binding: 16,
             serve: crate::serving::ServeLimits::default(),
+            egress: EgressConfig::default(),
         }
     }
 }
@@ -219,6 +224,33 @@ pub enum CallbackError {
         /// The limit ([`CallbackConfig::max_sessions_per_binding`]).
         limit: usize,
     },
+    /// The runner asked for an egress destination its Pod did not name: nothing is dialled.
+    #[error(
+        "binding {uid} named no egress destination {index} (it names {named}): the node dials \
+         only the destinations of the Pod's cloud.aibrix.ai/egress"
+    )]
+    EgressNotNamed {
+        /// The binding.
+        uid: String,
+        /// The index asked for.
+        index: String,
+        /// How many destinations the Pod names.
+        named: usize,
+    },
+    /// The binding already has as many egress connections as it may.
+    #[error(
+        "binding {uid} already has {limit} egress connections open (the limit \
+         runner.egress.maxConnectionsPerBinding): close one first"
+    )]
+    TooManyEgress {
+        /// The binding.
+        uid: String,
+        /// The limit ([`EgressConfig::max_connections_per_binding`]).
+        limit: usize,
+    },
+    /// This node carries no egress (it has no dialer).
+    #[error("this node does not carry egress connections")]
+    EgressUnavailable,
     /// The runner dialled back but the connection could not be taken over.
     #[error("failed to open a session with the runner of binding {uid}: {message}")]
     SessionFailed {

@@ -168,6 +168,7 @@ fn routes(state: Arc<Shared>) -> Router {
         .route("/v1/logs", post(logs))
         .route("/v1/sessions", get(super::sessions::poll))
         .route("/v1/sessions/{id}", get(super::sessions::dial))
+        .route("/v1/egress/{index}", get(super::egress::connect))
         .with_state(state)
 }
 
@@ -195,7 +196,11 @@ pub(super) fn refusal(e: &CallbackError) -> Response {
         CallbackError::NoPreviousRun(_) => StatusCode::NOT_FOUND,
         CallbackError::NotAdoptedYet(_) => return unavailable(e.to_string()),
         CallbackError::RunnerGone { .. } => StatusCode::FORBIDDEN,
-        CallbackError::TooManySessions { .. } => StatusCode::TOO_MANY_REQUESTS,
+        CallbackError::TooManySessions { .. } | CallbackError::TooManyEgress { .. } => {
+            StatusCode::TOO_MANY_REQUESTS
+        }
+        CallbackError::EgressNotNamed { .. } => StatusCode::NOT_FOUND,
+        CallbackError::EgressUnavailable => return unavailable(e.to_string()),
         CallbackError::SessionTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         CallbackError::Tls(_) | CallbackError::Bind(_) | CallbackError::SessionFailed { .. } => {
             StatusCode::INTERNAL_SERVER_ERROR
@@ -320,9 +325,10 @@ async fn refresh(State(state): AppState, Authed(uid, rental): Authed) -> Respons
     session_response(&state, state.refresh(&uid, rental))
 }
 
-/// The workload; its restart policy only for a runner that says it restarts in place, and its
-/// probes only for one that says it runs them (an older runner refuses a field it does not
-/// know, and leaves restarts to the node).
+/// The workload; its restart policy only for a runner that says it restarts in place, its
+/// probes only for one that says it runs them, and its egress destinations only for one that
+/// says it serves them (an older runner refuses a field it does not know, and leaves restarts
+/// to the node).
 async fn workload(
     State(state): AppState,
     Authed(uid, rental): Authed,
@@ -343,6 +349,12 @@ async fn workload(
                     tracing::warn!(binding = %uid, "callback: the runner does not run probes; the Pod's probes are not run");
                 }
                 workload.probes = None;
+            }
+            if !asked(neocloud_protocol::WORKLOAD_EGRESS_QUERY) {
+                if !workload.egress.is_empty() {
+                    tracing::warn!(binding = %uid, "callback: the runner does not serve egress; the Pod's egress destinations are not reachable");
+                }
+                workload.egress.clear();
             }
             no_store(Json(workload).into_response())
         }

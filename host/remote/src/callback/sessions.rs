@@ -358,18 +358,9 @@ pub(super) async fn dial(
     Path(id): Path<String>,
     mut request: Request,
 ) -> Response {
-    if !asks_for_session(request.headers()) {
-        let message = format!("a session needs Connection: upgrade and Upgrade: {SESSION_UPGRADE}");
-        return error(StatusCode::UPGRADE_REQUIRED, message);
-    }
-    let Some(upgrade) = request
-        .extensions_mut()
-        .remove::<hyper::upgrade::OnUpgrade>()
-    else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "this connection cannot be upgraded",
-        );
+    let upgrade = match upgrade(&mut request, "a session") {
+        Ok(upgrade) => upgrade,
+        Err(refused) => return *refused,
     };
     // Another binding's session is as unknown as one that never was.
     let Some(reply) = state.sessions.claim(&uid, rental, &id) else {
@@ -390,6 +381,28 @@ pub(super) async fn dial(
         (header::UPGRADE, SESSION_UPGRADE),
     ];
     (StatusCode::SWITCHING_PROTOCOLS, headers).into_response()
+}
+
+/// The upgrade of a request for `what` (`a session`), or the answer refusing it: it must ask
+/// for `Connection: upgrade` and `Upgrade:` [`SESSION_UPGRADE`] on a connection that can be.
+pub(super) fn upgrade(
+    request: &mut Request,
+    what: &str,
+) -> Result<hyper::upgrade::OnUpgrade, Box<Response>> {
+    if !asks_for_session(request.headers()) {
+        let message = format!("{what} needs Connection: upgrade and Upgrade: {SESSION_UPGRADE}");
+        return Err(Box::new(error(StatusCode::UPGRADE_REQUIRED, message)));
+    }
+    let upgrade = request
+        .extensions_mut()
+        .remove::<hyper::upgrade::OnUpgrade>();
+    let cannot = || {
+        error(
+            StatusCode::BAD_REQUEST,
+            "this connection cannot be upgraded",
+        )
+    };
+    upgrade.ok_or_else(|| Box::new(cannot()))
 }
 
 fn asks_for_session(headers: &HeaderMap) -> bool {

@@ -52,6 +52,8 @@ struct Entry {
     called_in: bool,
     /// What the workload used when the runner last said.
     stats: Option<neocloud_protocol::WorkloadStats>,
+    /// Its egress connections open (see `super::egress`).
+    egress_open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Entry {
@@ -68,6 +70,7 @@ impl Entry {
             exited: false,
             called_in: false,
             stats: None,
+            egress_open: Arc::default(),
         }
     }
 }
@@ -343,6 +346,21 @@ impl State {
         } else {
             Ok(entry.rental)
         }
+    }
+
+    /// The destination at `index` of rental `rental`'s egress list (`None` when it names no
+    /// such one, with how many it names) and its count of open egress connections.
+    pub(crate) fn egress(
+        &self,
+        uid: &str,
+        rental: u64,
+        index: usize,
+    ) -> Result<super::egress::Named, CallbackError> {
+        self.touch(uid, rental, |entry| super::egress::Named {
+            target: entry.workload.egress.get(index).cloned(),
+            count: entry.workload.egress.len(),
+            open: entry.egress_open.clone(),
+        })
     }
 
     pub fn workload(&self, uid: &str, rental: u64) -> Result<Workload, CallbackError> {
