@@ -103,7 +103,7 @@ async fn the_workload_reaches_a_service_it_named_and_not_one_it_did_not() {
     let dir = tempfile::tempdir().unwrap();
     let hosts = dir.path().join("hosts");
     std::fs::write(&hosts, "127.0.0.1 localhost\n").unwrap();
-    let runner = runner_script(dir.path(), &hosts);
+    let runner = vm_support::runner_with_hosts_file(dir.path(), &hosts);
     let world = World::containers_with("egress", runner).await;
     let mut node = world.spawn();
     let ns = world.ctx.namespace.clone();
@@ -262,20 +262,4 @@ async fn a_burst_policy_limits_the_destinations_a_namespace_may_name() {
     policies.delete(&name, &Default::default()).await.unwrap();
     node.start_kill().unwrap();
     let _ = node.wait().await;
-}
-
-/// A script named `neocloud-runner` that starts the real runner writing egress names to
-/// `hosts` instead of the machine's `/etc/hosts`.
-fn runner_script(dir: &std::path::Path, hosts: &std::path::Path) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let script = dir.join("neocloud-runner");
-    let text = format!(
-        "#!/bin/sh\nexport {}='{}'\nexec '{}' \"$@\"\n",
-        neocloud_runner::HOSTS_FILE_ENV,
-        hosts.display(),
-        runner_bin::runner_binary().display()
-    );
-    std::fs::write(&script, text).unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    script
 }

@@ -22,6 +22,9 @@
 //!   `model.aibrix.ai/name`, Ready, `podIP:<model.aibrix.ai/port>`); a server-sent-events
 //!   response streams through unbuffered; the burst replica's runner cut takes it out of the
 //!   EndpointSlice within the heartbeat timeout.
+//! - A burst workload calls an in-cluster Service it named (`cloud.aibrix.ai/egress`), a Pod on
+//!   the real node, at its port on the machine's loopback, with its cluster name in the
+//!   machine's hosts file; a Service it did not name is refused.
 
 use std::path::Path;
 use std::time::Duration;
@@ -159,11 +162,15 @@ async fn client(world: &World, worker: &str, name: &str, script: &str) -> String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_pod_serves_on_the_cluster_network_through_its_relay() {
-    let mut world = World::containers("serving").await;
+    let dir = tempfile::tempdir().unwrap();
+    // The machine's hosts file, as the runner finds it (not this host's /etc/hosts).
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n").unwrap();
+    let runner = vm_support::runner_with_hosts_file(dir.path(), &hosts);
+    let mut world = World::containers_with("serving", runner).await;
     let worker = WorkerNode::start(world.ctx.control_plane, "serving-worker")
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let binary = Path::new(env!("CARGO_BIN_EXE_neocloud-node"));
     support::import_node_image(&worker, binary, IMAGE, dir.path());
     worker.import_busybox(BUSYBOX, &["/bin/sh", "-c"]).unwrap();
@@ -412,7 +419,86 @@ async fn a_burst_pod_serves_on_the_cluster_network_through_its_relay() {
     assert!(ledger.live().is_empty(), "no instance left: {ledger:?}");
 
     inference_deployment(&world, &worker).await;
+    reaching_the_cluster(&world, &worker, &hosts).await;
     drop(worker);
+}
+
+/// A burst workload calls an in-cluster Service it named (a "model registry" Pod on the real
+/// node), at its port on the machine's loopback and by its cluster name in the hosts file, and
+/// is refused one it did not name. The node runs on this host, so the Pod network is routed to
+/// the worker (in a cluster the node is a Pod there).
+async fn reaching_the_cluster(world: &World, worker: &WorkerNode, hosts: &Path) {
+    worker.route_pod_network().unwrap();
+    let ns = world.ctx.namespace.clone();
+    let registry: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "model-registry", "labels": {"app": "model-registry"}},
+        "spec": {"nodeName": worker.name(), "containers": [{"name": "main", "image": BUSYBOX,
+            "imagePullPolicy": "Never",
+            "args": ["mkdir -p /www && echo model-weights-v1 > /www/model && exec httpd -f -p 8080 -h /www"],
+            "ports": [{"containerPort": 8080}]}]}
+    }))
+    .unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &registry)
+        .await
+        .unwrap();
+    let services: Api<Service> = Api::namespaced(world.ctx.client.clone(), &ns);
+    let (named, unnamed) = (free_port(), free_port());
+    for (name, port) in [("model-registry", named), ("vault", unnamed)] {
+        let service: Service = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"selector": {"app": "model-registry"},
+                "ports": [{"port": port, "targetPort": 8080}]}
+        }))
+        .unwrap();
+        services
+            .create(&PostParams::default(), &service)
+            .await
+            .unwrap();
+    }
+    until(90, "the registry is ready", world, || async {
+        let pod = world.pods().get("model-registry").await.ok()?;
+        (ready(&pod).as_deref() == Some("True")).then_some(())
+    })
+    .await;
+    let script = format!(
+        "import socket, urllib.request\n\
+         print(urllib.request.urlopen('http://127.0.0.1:{named}/model', timeout=20).read().decode().strip())\n\
+         try:\n    socket.create_connection(('127.0.0.1', {unnamed}), timeout=5)\n    print('vault: reached')\n\
+         except OSError as e:\n    print('vault: refused')\n"
+    );
+    let fetcher: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "fetcher", "annotations": {"cloud.aibrix.ai/providers": "runpod",
+            "cloud.aibrix.ai/egress": format!("model-registry.{ns}:{named}")}},
+        "spec": {"nodeName": world.node, "restartPolicy": "Never", "containers": [{
+            "name": "main", "image": "registry.invalid/tools:1",
+            "command": ["python3", "-c", script],
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))
+    .unwrap();
+    world
+        .pods()
+        .create(&PostParams::default(), &fetcher)
+        .await
+        .unwrap();
+    world.wait_phase("fetcher", &["Succeeded", "Failed"]).await;
+    let log = world
+        .pods()
+        .logs("fetcher", &LogParams::default())
+        .await
+        .unwrap_or_default();
+    assert!(
+        log.contains("model-weights-v1"),
+        "{log}\n{}",
+        world.node_log()
+    );
+    assert!(log.contains("vault: refused"), "{log}");
+    let hosts = std::fs::read_to_string(hosts).unwrap_or_default();
+    assert!(
+        hosts.contains(&format!("model-registry.{ns}.svc")),
+        "{hosts}"
+    );
 }
 
 /// The replicas' server: busybox's `httpd` in the image on the real node, Python's on the

@@ -658,6 +658,21 @@ state = "{state}"
         Ipv4Addr::new(a, b, c, 1)
     }
 
+    /// Routes this host's traffic for the node's Pod network (`10.251.<n>.0/24`) through the
+    /// node's end of the veth pair, so that a process here (the virtual node under test, dialling
+    /// an endpoint from inside the cluster as it would in a Pod) reaches the node's Pods at their
+    /// IPs. The route goes with the veth pair when the node is dropped.
+    pub fn route_pod_network(&self) -> Result<(), Error> {
+        let [_, _, subnet, _] = self.node_ip.octets();
+        ip(&[
+            "route",
+            "replace",
+            &format!("10.251.{subnet}.0/24"),
+            "via",
+            &self.node_ip.to_string(),
+        ])
+    }
+
     /// Makes a server listening on loopback `port` (a cloud simulator a test started) reachable
     /// from the node's Pods, at the returned address on the host's end of the veth pair. Lasts
     /// as long as the node.

@@ -385,3 +385,22 @@ pub fn cmdline_flag(pid: i32, flag: &str) -> Option<String> {
     let at = args.iter().position(|a| a == flag)?;
     args.get(at + 1).cloned()
 }
+
+/// A script named `neocloud-runner` that starts the real runner writing egress names to
+/// `hosts` instead of the machine's `/etc/hosts`.
+pub fn runner_with_hosts_file(
+    dir: &std::path::Path,
+    hosts: &std::path::Path,
+) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("neocloud-runner");
+    let text = format!(
+        "#!/bin/sh\nexport {}='{}'\nexec '{}' \"$@\"\n",
+        neocloud_runner::HOSTS_FILE_ENV,
+        hosts.display(),
+        crate::runner_bin::runner_binary().display()
+    );
+    std::fs::write(&script, text).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
