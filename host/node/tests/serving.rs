@@ -22,7 +22,8 @@
 //!   `model.aibrix.ai/name`, Ready, `podIP:<model.aibrix.ai/port>`); a server-sent-events
 //!   response streams through unbuffered; the burst replica's runner cut takes it out of the
 //!   EndpointSlice within the heartbeat timeout.
-//! - A burst workload calls an in-cluster Service it named (`cloud.aibrix.ai/egress`), a Pod on
+//! - A burst workload reads its ConfigMap file and calls an in-cluster Service it named
+//!   (`cloud.aibrix.ai/egress`), a Pod on
 //!   the real node, at its port on the machine's loopback, with its cluster name in the
 //!   machine's hosts file; a Service it did not name is refused.
 
@@ -30,7 +31,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::ResourceExt;
@@ -423,13 +424,26 @@ async fn a_burst_pod_serves_on_the_cluster_network_through_its_relay() {
     drop(worker);
 }
 
-/// A burst workload calls an in-cluster Service it named (a "model registry" Pod on the real
-/// node), at its port on the machine's loopback and by its cluster name in the hosts file, and
+/// A burst workload reads its ConfigMap file and calls an in-cluster Service it named (a "model
+/// registry" Pod on the real node), at its port on the machine's loopback and by its cluster name in the hosts file, and
 /// is refused one it did not name. The node runs on this host, so the Pod network is routed to
 /// the worker (in a cluster the node is a Pod there).
 async fn reaching_the_cluster(world: &World, worker: &WorkerNode, hosts: &Path) {
     worker.route_pod_network().unwrap();
     let ns = world.ctx.namespace.clone();
+    // Its chat template, a ConfigMap file (the process executor writes it at the mount path on
+    // the machine, here under the test's directory).
+    let configmaps: Api<ConfigMap> = Api::namespaced(world.ctx.client.clone(), &ns);
+    let template: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "chat-template"},
+        "data": {"template.jinja": "{{ messages }} <- llama chat template"}
+    }))
+    .unwrap();
+    configmaps
+        .create(&PostParams::default(), &template)
+        .await
+        .unwrap();
+    let mount = hosts.with_file_name("model-config");
     let registry: Pod = serde_json::from_value(json!({
         "metadata": {"name": "model-registry", "labels": {"app": "model-registry"}},
         "spec": {"nodeName": worker.name(), "containers": [{"name": "main", "image": BUSYBOX,
@@ -462,8 +476,10 @@ async fn reaching_the_cluster(world: &World, worker: &WorkerNode, hosts: &Path) 
         (ready(&pod).as_deref() == Some("True")).then_some(())
     })
     .await;
+    let template = mount.join("template.jinja").display().to_string();
     let script = format!(
         "import socket, urllib.request\n\
+         print(open('{template}').read())\n\
          print(urllib.request.urlopen('http://127.0.0.1:{named}/model', timeout=20).read().decode().strip())\n\
          try:\n    socket.create_connection(('127.0.0.1', {unnamed}), timeout=5)\n    print('vault: reached')\n\
          except OSError as e:\n    print('vault: refused')\n"
@@ -474,7 +490,9 @@ async fn reaching_the_cluster(world: &World, worker: &WorkerNode, hosts: &Path) 
         "spec": {"nodeName": world.node, "restartPolicy": "Never", "containers": [{
             "name": "main", "image": "registry.invalid/tools:1",
             "command": ["python3", "-c", script],
-            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+            "volumeMounts": [{"name": "template", "mountPath": mount.display().to_string()}],
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "volumes": [{"name": "template", "configMap": {"name": "chat-template"}}]}
     }))
     .unwrap();
     world
@@ -494,6 +512,7 @@ async fn reaching_the_cluster(world: &World, worker: &WorkerNode, hosts: &Path) 
         world.node_log()
     );
     assert!(log.contains("vault: refused"), "{log}");
+    assert!(log.contains("<- llama chat template"), "{log}");
     let hosts = std::fs::read_to_string(hosts).unwrap_or_default();
     assert!(
         hosts.contains(&format!("model-registry.{ns}.svc")),
