@@ -23,9 +23,8 @@
 //!   response streams through unbuffered; the burst replica's runner cut takes it out of the
 //!   EndpointSlice within the heartbeat timeout.
 //! - A burst workload reads its ConfigMap file and calls an in-cluster Service it named
-//!   (`cloud.aibrix.ai/egress`), a Pod on
-//!   the real node, at its port on the machine's loopback, with its cluster name in the
-//!   machine's hosts file; a Service it did not name is refused.
+//!   (`cloud.aibrix.ai/egress`), a Pod on the real node, at its port on the machine's loopback,
+//!   with its cluster name in the machine's hosts file; a Service it did not name is refused.
 
 use std::path::Path;
 use std::time::Duration;
