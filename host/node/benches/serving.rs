@@ -1,0 +1,354 @@
+//! Serving from a burst GPU: the same backend server reached three ways from the cluster
+//! network, in one run, on the rig's real worker node (kubelet, containerd, kube-proxy in a
+//! network namespace).
+//!
+//! - **direct**: the server in a Pod on the worker node, at its Pod IP (no relay);
+//! - **relay**: the server as a burst Pod's workload (RunPod simulator, the real runner, process
+//!   executor, listening on 127.0.0.1), at the burst Pod's podIP: relay Pod → TLS to the node's
+//!   kubelet API → port-forward session → runner → workload;
+//! - **kubectl port-forward** to the burst Pod: API server → the node's kubelet API → runner.
+//!
+//! The server and the load client are this binary itself (`serve ADDR`, `client ...`, see
+//! [`wire`]): the direct Pod runs it from an image built by `hack/image/build.py --binary
+//! <this binary>`, the runner runs it on the host, and the client runs it under `nsenter
+//! --net` in the worker's network namespace, where Pod IPs are routed. For each path: p50/p99
+//! of 1 KiB round trips on 1, 16 and 128 persistent connections, one stream of 1 GiB
+//! (`SERVING_STREAM_MIB`), the time to the first of three events written 1 s apart, and the
+//! CPU seconds the `neocloud-node run` process spent per GB of that stream.
+//!
+//! Needs root (the worker node) and the release runner next to the node binary:
+//!
+//! ```sh
+//! cargo build --release -p neocloud-runner && cargo bench -p neocloud-node --bench serving
+//! ```
+//!
+//! Not a test: it asserts only that every path serves, and prints what it measured.
+
+#![allow(clippy::print_stdout, reason = "a benchmark binary reports on stdout")]
+#![allow(clippy::print_stderr, reason = "the server says where it listens")]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use neocloud_testenv::WorkerNode;
+use serde_json::json;
+
+#[path = "load/proc_stats.rs"]
+#[allow(dead_code)]
+mod proc_stats;
+#[path = "../tests/runner_bin/mod.rs"]
+mod runner_bin;
+#[path = "../tests/support/mod.rs"]
+#[allow(unused_imports)]
+mod support;
+#[path = "../tests/vm_support/mod.rs"]
+mod vm_support;
+#[path = "serving/wire.rs"]
+mod wire;
+
+use support::free_port;
+use vm_support::World;
+
+const RELAY_IMAGE: &str = "ghcr.io/aibrix/neocloud-node:e2e";
+const SERVER_IMAGE: &str = "neocloud.invalid/serving-bench:1";
+const WORKER: &str = "serving-worker";
+const CONNECTIONS: [usize; 3] = [1, 16, 128];
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    match args.first().map(String::as_str) {
+        Some("serve") => rt.block_on(wire::serve(args[1].parse().unwrap())),
+        Some("client") => rt.block_on(client(&args[1..])),
+        _ => rt.block_on(run()),
+    }
+}
+
+/// `client wait|latency|stream|events ADDR [ARG...]`, in the worker's network namespace.
+async fn client(args: &[String]) {
+    let address: SocketAddr = args[1].parse().unwrap();
+    let number = |i: usize| args[i].parse::<u64>().unwrap();
+    match args[0].as_str() {
+        "wait" => assert!(wire::wait_until_served(address, number(2)).await),
+        "latency" => wire::latency(address, number(2) as usize, number(3) as f64).await,
+        "stream" => wire::stream(address, number(2)).await,
+        "events" => wire::events(address).await,
+        other => panic!("no client mode {other:?}"),
+    }
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One path's figures, as the client printed them (`key=value` words per line).
+#[derive(Default)]
+struct Figures {
+    latency: Vec<HashMap<String, String>>,
+    stream: HashMap<String, String>,
+    events: HashMap<String, String>,
+    node_cpu_seconds: f64,
+}
+
+/// The rig: a worker node, the node with relays, the direct Pod and the burst Pod.
+struct Rig {
+    world: World,
+    worker: WorkerNode,
+    node: tokio::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+async fn run() {
+    let rig = start().await;
+    let direct_ip = running_ip(&rig.world, "echo-direct").await;
+    let relay_ip = burst_ready(&rig.world).await;
+    let forward_port = free_port();
+    let host_ip = rig.worker.host_ip().to_string();
+    let forward_log = rig.dir.path().join("port-forward.log");
+    let mut forward = rig
+        .world
+        .ctx
+        .control_plane
+        .kubectl()
+        .args(["-n", &rig.world.ctx.namespace, "port-forward", "--address"])
+        .arg(&host_ip)
+        .arg("pod/echo-burst")
+        .arg(format!("{forward_port}:{}", rig.port))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&forward_log).unwrap())
+        .spawn()
+        .unwrap();
+    let paths = [
+        (
+            "direct (Pod on the worker)",
+            format!("{direct_ip}:{}", rig.port),
+        ),
+        ("relay (burst podIP)", format!("{relay_ip}:{}", rig.port)),
+        ("kubectl port-forward", format!("{host_ip}:{forward_port}")),
+    ];
+    let mut table = Vec::new();
+    for (name, address) in &paths {
+        eprintln!("measuring {name} at {address}");
+        table.push((*name, measure(&rig, address).await));
+    }
+    forward.kill().unwrap();
+    let _ = forward.wait();
+    report(&table);
+    drop(rig);
+}
+
+async fn start() -> Rig {
+    let mut world = World::containers("serving-bench").await;
+    let worker = WorkerNode::start(world.ctx.control_plane, WORKER)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let node_binary = Path::new(env!("CARGO_BIN_EXE_neocloud-node"));
+    let me = std::env::current_exe().unwrap();
+    support::import_node_image(&worker, node_binary, RELAY_IMAGE, dir.path());
+    support::import_node_image(&worker, &me, SERVER_IMAGE, dir.path());
+    world.extra_config = format!(
+        "kubeletApi:\n  relays: {{image: \"{RELAY_IMAGE}\", address: \"{}:{}\"}}\n",
+        worker.host_ip(),
+        world.kubelet_port
+    );
+    let node = world.spawn();
+    let port = free_port();
+    let direct: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "echo-direct"},
+        "spec": {"nodeName": WORKER, "containers": [{"name": "main", "image": SERVER_IMAGE,
+            "imagePullPolicy": "Never",
+            "command": ["/usr/local/bin/neocloud-node", "serve", format!("0.0.0.0:{port}")]}]}
+    }))
+    .unwrap();
+    let burst: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "echo-burst", "annotations": {"cloud.aibrix.ai/providers": "runpod"}},
+        "spec": {"nodeName": world.node, "containers": [{"name": "main",
+            "image": "registry.invalid/vllm:1",
+            "command": [me.to_str().unwrap(), "serve", format!("127.0.0.1:{port}")],
+            "ports": [{"containerPort": port, "name": "echo"}],
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))
+    .unwrap();
+    for pod in [direct, burst] {
+        world
+            .pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+    }
+    Rig {
+        world,
+        worker,
+        node,
+        port,
+        dir,
+    }
+}
+
+/// Polls `f` every 300 ms for up to `seconds`, until it returns `Some`.
+async fn until<T, F, Fut>(seconds: u64, what: &str, world: &World, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(t) = f().await {
+            return t;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} within {seconds}s\n{}",
+            world.node_log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn running_ip(world: &World, name: &str) -> String {
+    until(120, &format!("{name} runs"), world, || async {
+        let status = world.pods().get(name).await.ok()?.status?;
+        (status.phase.as_deref() == Some("Running")).then_some(())?;
+        status.pod_ip
+    })
+    .await
+}
+
+/// The burst Pod's podIP once it is Ready at its relay's IP.
+async fn burst_ready(world: &World) -> String {
+    until(
+        180,
+        "the burst Pod is Ready at its relay",
+        world,
+        || async {
+            let status = world.pods().get("echo-burst").await.ok()?.status?;
+            let ready = status
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let ip = status.pod_ip?;
+            let relays = world.pods().list(&Default::default()).await.ok()?;
+            let relayed = relays.items.iter().any(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("neocloud-relay-"))
+                    && p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(ip.as_str())
+            });
+            (ready && relayed).then_some(ip)
+        },
+    )
+    .await
+}
+
+/// Runs this binary's client in the worker's network namespace; returns its output lines'
+/// `key=value` words.
+async fn in_worker(rig: &Rig, args: &[&str]) -> Vec<HashMap<String, String>> {
+    let out = tokio::process::Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", rig.worker.netns()))
+        .arg(std::env::current_exe().unwrap())
+        .arg("client")
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client {args:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        rig.world.node_log()
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            line.split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+async fn measure(rig: &Rig, address: &str) -> Figures {
+    let seconds = env_number("SERVING_SECONDS", 5).to_string();
+    let bytes = (env_number("SERVING_STREAM_MIB", 1024) << 20).to_string();
+    in_worker(rig, &["wait", address, "60"]).await;
+    let mut figures = Figures::default();
+    for c in CONNECTIONS {
+        let c = c.to_string();
+        let line = in_worker(rig, &["latency", address, &c, &seconds]).await;
+        figures.latency.push(line.into_iter().next().unwrap());
+        // Let the closed connections' sessions end before the next round.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let pid = rig.node.id().unwrap();
+    let before = proc_stats::Usage::read(pid).cpu_seconds;
+    figures.stream = in_worker(rig, &["stream", address, &bytes]).await.remove(0);
+    figures.node_cpu_seconds = proc_stats::Usage::read(pid).cpu_seconds - before;
+    figures.events = in_worker(rig, &["events", address]).await.remove(0);
+    figures
+}
+
+fn get(map: &HashMap<String, String>, key: &str) -> f64 {
+    map.get(key)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+fn report(table: &[(&str, Figures)]) {
+    let mut header = "| path |".to_owned();
+    for c in CONNECTIONS {
+        header += &format!(" {c} conn p50 / p99 ms |");
+    }
+    println!("{header} 1 stream MB/s | first event ms | node CPU s/GB |");
+    println!("|---|---|---|---|---|---|---|");
+    for (name, f) in table {
+        let mut row = format!("| {name} |");
+        for l in &f.latency {
+            let open = get(l, "open");
+            let c = get(l, "c");
+            let partial = if open < c {
+                format!(" ({open} of {c} opened)")
+            } else {
+                String::new()
+            };
+            row += &format!(
+                " {:.2} / {:.2}{partial} |",
+                get(l, "p50_us") / 1000.0,
+                get(l, "p99_us") / 1000.0
+            );
+        }
+        let bytes = get(&f.stream, "bytes");
+        let mbps = bytes / 1e6 / get(&f.stream, "seconds");
+        let cpu = f.node_cpu_seconds / (bytes / 1e9);
+        println!(
+            "{row} {mbps:.0} | {:.1} | {cpu:.2} |",
+            get(&f.events, "first_ms")
+        );
+    }
+    println!();
+    for (name, f) in table {
+        println!("{name}:");
+        for l in &f.latency {
+            println!("  latency {l:?}");
+        }
+        println!(
+            "  stream {:?}, node CPU {:.2} s",
+            f.stream, f.node_cpu_seconds
+        );
+        println!("  events {:?}", f.events);
+    }
+}
