@@ -99,6 +99,8 @@ struct Figures {
     stream: HashMap<String, String>,
     events: HashMap<String, String>,
     node_cpu_seconds: f64,
+    /// How often kubectl port-forward had exited and was started again.
+    restarts: u32,
 }
 
 /// The rig: a worker node, the node with relays, the direct Pod and the burst Pod.
@@ -114,37 +116,26 @@ async fn run() {
     let rig = start().await;
     let direct_ip = running_ip(&rig.world, "echo-direct").await;
     let relay_ip = burst_ready(&rig.world).await;
-    let forward_port = free_port();
     let host_ip = rig.worker.host_ip().to_string();
-    let forward_log = rig.dir.path().join("port-forward.log");
-    let mut forward = rig
-        .world
-        .ctx
-        .control_plane
-        .kubectl()
-        .args(["-n", &rig.world.ctx.namespace, "port-forward", "--address"])
-        .arg(&host_ip)
-        .arg("pod/echo-burst")
-        .arg(format!("{forward_port}:{}", rig.port))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&forward_log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut forward = Forward::new(&rig, &host_ip);
     let paths = [
         (
             "direct (Pod on the worker)",
             format!("{direct_ip}:{}", rig.port),
         ),
         ("relay (burst podIP)", format!("{relay_ip}:{}", rig.port)),
-        ("kubectl port-forward", format!("{host_ip}:{forward_port}")),
+        (
+            "kubectl port-forward",
+            format!("{host_ip}:{}", forward.port),
+        ),
     ];
     let mut table = Vec::new();
-    for (name, address) in &paths {
+    for (i, (name, address)) in paths.iter().enumerate() {
         eprintln!("measuring {name} at {address}");
-        table.push((*name, measure(&rig, address).await));
+        let forward = (i == 2).then_some(&mut forward);
+        table.push((*name, measure(&rig, address, forward).await));
     }
-    forward.kill().unwrap();
-    let _ = forward.wait();
+    forward.stop();
     report(&table);
     drop(rig);
 }
@@ -195,6 +186,52 @@ async fn start() -> Rig {
         node,
         port,
         dir,
+    }
+}
+
+/// `kubectl port-forward --address <host> pod/echo-burst PORT:PORT`, started again whenever it
+/// has exited: kubectl ends a port-forward when one of its connections fails (as those beyond
+/// the node's sessions per Pod do).
+struct Forward {
+    command: std::process::Command,
+    child: std::process::Child,
+    port: u16,
+    restarts: u32,
+}
+
+impl Forward {
+    fn new(rig: &Rig, host_ip: &str) -> Forward {
+        let port = free_port();
+        let mut command = rig.world.ctx.control_plane.kubectl();
+        command
+            .args(["-n", &rig.world.ctx.namespace, "port-forward", "--address"])
+            .arg(host_ip)
+            .arg("pod/echo-burst")
+            .arg(format!("{port}:{}", rig.port))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = command.spawn().unwrap();
+        Forward {
+            command,
+            child,
+            port,
+            restarts: 0,
+        }
+    }
+
+    /// Starts kubectl again if it has exited; returns whether it had.
+    fn revive(&mut self) -> bool {
+        if self.child.try_wait().unwrap().is_none() {
+            return false;
+        }
+        self.child = self.command.spawn().unwrap();
+        self.restarts += 1;
+        true
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -282,23 +319,42 @@ async fn in_worker(rig: &Rig, args: &[&str]) -> Vec<HashMap<String, String>> {
         .collect()
 }
 
-async fn measure(rig: &Rig, address: &str) -> Figures {
+async fn measure(rig: &Rig, address: &str, mut forward: Option<&mut Forward>) -> Figures {
     let seconds = env_number("SERVING_SECONDS", 5).to_string();
     let bytes = (env_number("SERVING_STREAM_MIB", 1024) << 20).to_string();
+    let mut revive = |forward: &mut Option<&mut Forward>| {
+        if let Some(f) = forward.as_deref_mut()
+            && f.revive()
+        {
+            eprintln!("kubectl port-forward had exited; started again");
+        }
+    };
     in_worker(rig, &["wait", address, "60"]).await;
     let mut figures = Figures::default();
     for c in CONNECTIONS {
-        let c = c.to_string();
-        let line = in_worker(rig, &["latency", address, &c, &seconds]).await;
+        revive(&mut forward);
+        in_worker(rig, &["wait", address, "60"]).await;
+        let line = in_worker(rig, &["latency", address, &c.to_string(), &seconds]).await;
+        eprintln!("  {line:?}");
         figures.latency.push(line.into_iter().next().unwrap());
         // Let the closed connections' sessions end before the next round.
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+    revive(&mut forward);
+    in_worker(rig, &["wait", address, "60"]).await;
     let pid = rig.node.id().unwrap();
     let before = proc_stats::Usage::read(pid).cpu_seconds;
     figures.stream = in_worker(rig, &["stream", address, &bytes]).await.remove(0);
     figures.node_cpu_seconds = proc_stats::Usage::read(pid).cpu_seconds - before;
+    eprintln!(
+        "  {:?} node CPU {:.2} s",
+        figures.stream, figures.node_cpu_seconds
+    );
+    revive(&mut forward);
+    in_worker(rig, &["wait", address, "60"]).await;
     figures.events = in_worker(rig, &["events", address]).await.remove(0);
+    eprintln!("  {:?}", figures.events);
+    figures.restarts = forward.map_or(0, |f| f.restarts);
     figures
 }
 
@@ -350,5 +406,8 @@ fn report(table: &[(&str, Figures)]) {
             f.stream, f.node_cpu_seconds
         );
         println!("  events {:?}", f.events);
+        if f.restarts > 0 {
+            println!("  kubectl port-forward started again {} times", f.restarts);
+        }
     }
 }
