@@ -109,7 +109,7 @@ struct Rig {
     worker: WorkerNode,
     node: tokio::process::Child,
     port: u16,
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
 }
 
 async fn run() {
@@ -185,7 +185,7 @@ async fn start() -> Rig {
         worker,
         node,
         port,
-        dir,
+        _dir: dir,
     }
 }
 
@@ -322,7 +322,7 @@ async fn in_worker(rig: &Rig, args: &[&str]) -> Vec<HashMap<String, String>> {
 async fn measure(rig: &Rig, address: &str, mut forward: Option<&mut Forward>) -> Figures {
     let seconds = env_number("SERVING_SECONDS", 5).to_string();
     let bytes = (env_number("SERVING_STREAM_MIB", 1024) << 20).to_string();
-    let mut revive = |forward: &mut Option<&mut Forward>| {
+    let revive = |forward: &mut Option<&mut Forward>| {
         if let Some(f) = forward.as_deref_mut()
             && f.revive()
         {
