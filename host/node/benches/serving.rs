@@ -99,6 +99,9 @@ struct Figures {
     stream: HashMap<String, String>,
     events: HashMap<String, String>,
     node_cpu_seconds: f64,
+    /// CPU seconds per process role during the 16-connection round and during the stream.
+    cpu16: HashMap<&'static str, f64>,
+    cpu_stream: HashMap<&'static str, f64>,
     /// How often kubectl port-forward had exited and was started again.
     restarts: u32,
 }
@@ -334,7 +337,11 @@ async fn measure(rig: &Rig, address: &str, mut forward: Option<&mut Forward>) ->
     for c in CONNECTIONS {
         revive(&mut forward);
         in_worker(rig, &["wait", address, "60"]).await;
+        let before = cpu_by_role();
         let line = in_worker(rig, &["latency", address, &c.to_string(), &seconds]).await;
+        if c == 16 {
+            figures.cpu16 = since(&before);
+        }
         eprintln!("  {line:?}");
         figures.latency.push(line.into_iter().next().unwrap());
         // Let the closed connections' sessions end before the next round.
@@ -344,8 +351,10 @@ async fn measure(rig: &Rig, address: &str, mut forward: Option<&mut Forward>) ->
     in_worker(rig, &["wait", address, "60"]).await;
     let pid = rig.node.id().unwrap();
     let before = proc_stats::Usage::read(pid).cpu_seconds;
+    let roles = cpu_by_role();
     figures.stream = in_worker(rig, &["stream", address, &bytes]).await.remove(0);
     figures.node_cpu_seconds = proc_stats::Usage::read(pid).cpu_seconds - before;
+    figures.cpu_stream = since(&roles);
     eprintln!(
         "  {:?} node CPU {:.2} s",
         figures.stream, figures.node_cpu_seconds
@@ -356,6 +365,59 @@ async fn measure(rig: &Rig, address: &str, mut forward: Option<&mut Forward>) ->
     eprintln!("  {:?}", figures.events);
     figures.restarts = forward.map_or(0, |f| f.restarts);
     figures
+}
+
+/// CPU seconds (user and system) so far of the processes on the paths, by role: the node
+/// (`neocloud-node run`), the relay Pod (`neocloud-node relay`), the runner, the backend
+/// server, kubectl and the API server. A process gone meanwhile is skipped.
+fn cpu_by_role() -> HashMap<&'static str, f64> {
+    let mut roles = HashMap::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let program = args[0].rsplit('/').next().unwrap_or_default();
+        let first = args.get(1).map(String::as_str).unwrap_or_default();
+        let role = match (program, first) {
+            ("neocloud-node", "run") => "node",
+            ("neocloud-node", "relay") => "relay",
+            ("neocloud-runner", _) => "runner",
+            (_, "serve") => "server",
+            ("kubectl", _) if args.iter().any(|a| a == "port-forward") => "kubectl",
+            ("kube-apiserver", _) => "apiserver",
+            _ => continue,
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let rest = &stat[stat.rfind(')').unwrap() + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        *roles.entry(role).or_default() += ticks as f64 / 100.0;
+    }
+    roles
+}
+
+/// CPU seconds by role since `before`.
+fn since(before: &HashMap<&'static str, f64>) -> HashMap<&'static str, f64> {
+    cpu_by_role()
+        .into_iter()
+        .map(|(role, now)| (role, now - before.get(role).copied().unwrap_or(0.0)))
+        .collect()
+}
+
+fn roles_line(cpu: &HashMap<&'static str, f64>) -> String {
+    let mut roles: Vec<_> = cpu.iter().filter(|(_, s)| **s > 0.0).collect();
+    roles.sort_by(|a, b| b.1.total_cmp(a.1));
+    roles
+        .iter()
+        .map(|(role, s)| format!("{role} {s:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn get(map: &HashMap<String, String>, key: &str) -> f64 {
@@ -406,6 +468,11 @@ fn report(table: &[(&str, Figures)]) {
             f.stream, f.node_cpu_seconds
         );
         println!("  events {:?}", f.events);
+        println!(
+            "  CPU s during the 16-connection round: {}",
+            roles_line(&f.cpu16)
+        );
+        println!("  CPU s during the stream: {}", roles_line(&f.cpu_stream));
         if f.restarts > 0 {
             println!("  kubectl port-forward started again {} times", f.restarts);
         }
