@@ -13,7 +13,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # The image's timestamps: the last commit's time, so the same commit builds the same digest.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: help verify fmt fmt-check locked clippy test test-unit test-integration testenv bench \
+.PHONY: help verify fmt fmt-check locked clippy test test-unit test-integration testenv bench bench-serving \
         policies manifests run-local registry config-reference image docker-build fuzz fuzz-smoke replay flaky
 
 help: ## list the targets
@@ -88,6 +88,10 @@ config-reference: ## regenerate docs/CONFIGURATION.md from the config types (a d
 
 bench: ## criterion benchmarks (figures go to docs/BENCHMARKS.md)
 	$(CARGO) bench --workspace
+
+bench-serving: testenv ## serving from a burst Pod: relay vs direct vs kubectl port-forward (root, the rig's worker node; docs/BENCHMARKS.md)
+	$(CARGO) build --release -p neocloud-runner
+	$(CARGO) bench -p neocloud-node --bench serving
 
 fuzz: ## run every fuzz target FUZZ_SECONDS (600) each, one after another (nightly; docs/FUZZING.md)
 	bash fuzz/run.sh run $(FUZZ_SECONDS)

@@ -224,6 +224,10 @@ async fn accept_loop(
             },
             () = tx.closed() => return,
         };
+        // Sessions and relayed connections carry small interactive writes: without this, a
+        // write after another unacknowledged one (the 101 after TLS 1.3's session tickets)
+        // waits for the peer's delayed ACK, some 40 ms on Linux.
+        let _ = stream.set_nodelay(true);
         let Ok(permit) = Arc::clone(&pending).try_acquire_owned() else {
             // Closed by dropping it; said once per thousand so a flood does not flood the log.
             drop(stream);
