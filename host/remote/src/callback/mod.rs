@@ -95,8 +95,13 @@ pub struct CallbackConfig {
     pub adoption_window: Duration,
     /// How long [`CallbackHandle::open_session`] waits for the runner to dial back (15 s).
     pub session_open_timeout: Duration,
-    /// How many sessions a binding may have open (or being opened) at once (16).
+    /// How many sessions a binding may have open (or being opened) at once (16): execs and
+    /// `kubectl port-forward` connections.
     pub max_sessions_per_binding: usize,
+    /// How many connections its relay may carry to a binding at once (1024), counted apart from
+    /// [`max_sessions_per_binding`](Self::max_sessions_per_binding) so that a serving replica's
+    /// traffic neither is capped by nor crowds out `kubectl exec`.
+    pub max_relayed_per_binding: usize,
     /// The listener's bounds: open connections, header and body timeouts.
     pub serve: crate::serving::ServeLimits,
     /// How runners' egress connections are dialled and bounded.
@@ -125,6 +130,7 @@ impl Default for CallbackConfig {
             adoption_window: Duration::ZERO,
             session_open_timeout: Duration::from_secs(15),
             max_sessions_per_binding: 16,
+            max_relayed_per_binding: 1024,
             serve: crate::serving::ServeLimits::default(),
             egress: EgressConfig::default(),
         }

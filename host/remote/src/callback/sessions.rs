@@ -60,6 +60,9 @@ struct Binding {
     wake: Arc<Notify>,
     /// Sessions open or being opened.
     open: Arc<AtomicUsize>,
+    /// Of those, the relay's connections, counted apart (see
+    /// [`CallbackHandle::open_relayed`]).
+    relayed: Arc<AtomicUsize>,
 }
 
 struct Pending {
@@ -84,16 +87,22 @@ impl Sessions {
         rental: u64,
         request: SessionRequest,
         limit: usize,
+        relayed: bool,
     ) -> Result<Offered<'_>, CallbackError> {
         let mut bindings = self.bindings.lock();
         let binding = bindings.entry(key(uid, rental)).or_default();
-        if binding.open.load(Ordering::SeqCst) >= limit {
+        let open = if relayed {
+            &binding.relayed
+        } else {
+            &binding.open
+        };
+        if open.load(Ordering::SeqCst) >= limit {
             return Err(CallbackError::TooManySessions {
                 uid: uid.to_owned(),
                 limit,
             });
         }
-        let slot = Slot::take(&binding.open);
+        let slot = Slot::take(open);
         let id = hex::encode(rand::random::<[u8; 16]>());
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
@@ -325,11 +334,30 @@ impl CallbackHandle {
         uid: &str,
         request: SessionRequest,
     ) -> Result<SessionIo, CallbackError> {
+        let limit = self.0.config.max_sessions_per_binding;
+        self.offer(uid, request, limit, false).await
+    }
+
+    /// [`open_session`](Self::open_session) of a connection to `port` for the binding's relay,
+    /// within [`max_relayed_per_binding`](super::CallbackConfig::max_relayed_per_binding)
+    /// relayed connections at once, counted apart from the other sessions.
+    pub async fn open_relayed(&self, uid: &str, port: u16) -> Result<SessionIo, CallbackError> {
+        let limit = self.0.config.max_relayed_per_binding;
+        self.offer(uid, SessionRequest::PortForward { port }, limit, true)
+            .await
+    }
+
+    async fn offer(
+        &self,
+        uid: &str,
+        request: SessionRequest,
+        limit: usize,
+        relayed: bool,
+    ) -> Result<SessionIo, CallbackError> {
         let state = &self.0;
         let rental = state.can_open_session(uid)?;
         let config = &state.config;
-        let limit = config.max_sessions_per_binding;
-        let offered = state.sessions.offer(uid, rental, request, limit)?;
+        let offered = state.sessions.offer(uid, rental, request, limit, relayed)?;
         tracing::debug!(binding = uid, session = %offered.id, "callback: offered a session");
         offered.wait(config.session_open_timeout).await
     }

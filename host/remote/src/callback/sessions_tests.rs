@@ -398,6 +398,41 @@ async fn a_binding_has_a_limit_of_open_sessions() {
 }
 
 #[tokio::test]
+async fn a_relay_s_connections_are_counted_apart_from_the_other_sessions() {
+    let rig = rig_with(CallbackConfig {
+        max_sessions_per_binding: 1,
+        max_relayed_per_binding: 2,
+        ..CallbackConfig::default()
+    })
+    .await;
+    let _runner = rig.runner("uid-a", true).await;
+    let _exec = (rig.handle)
+        .open_session("uid-a", exec(&["cat"], false, true))
+        .await
+        .expect("the one exec");
+    // The relay's two connections open beside the exec, and a third is refused with its own
+    // limit; the exec limit is untouched by them.
+    let _one = rig.handle.open_relayed("uid-a", 1).await.expect("relayed 1");
+    let _two = rig.handle.open_relayed("uid-a", 1).await.expect("relayed 2");
+    let err = (rig.handle.open_relayed("uid-a", 1).await)
+        .err()
+        .expect("relayed 3");
+    assert!(
+        matches!(err, CallbackError::TooManySessions { limit: 2, .. }),
+        "{err}"
+    );
+    let err = (rig.handle)
+        .open_session("uid-a", exec(&["cat"], false, true))
+        .await
+        .err()
+        .expect("a second exec");
+    assert!(
+        matches!(err, CallbackError::TooManySessions { limit: 1, .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn a_runner_cannot_take_another_binding_s_offer() {
     let rig = rig().await;
     let a = rig.runner("uid-a", false).await;

@@ -13,7 +13,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
-use neocloud_protocol::session::{Frame, SessionRequest, chunks, split_frames};
+use neocloud_protocol::session::{Frame, chunks, split_frames};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::server::App;
@@ -70,11 +70,7 @@ pub(super) async fn relay(
     if let Err(e) = app.source.check_session(&pod, None, "port-forward") {
         return refused(e.stream_status(), e.to_string());
     }
-    let session = match app
-        .source
-        .open_session(&pod, None, SessionRequest::PortForward { port })
-        .await
-    {
+    let session = match app.source.open_relayed(&pod, port).await {
         Ok(session) => session,
         Err(e) => return refused(e.stream_status(), e.to_string()),
     };

@@ -201,6 +201,14 @@ pub trait LogSource: Send + Sync {
         Err(LogError::PodNotFound { pod: pod.clone() })
     }
 
+    /// Opens a connection to `port` of `pod` for its relay: a port-forward session, counted
+    /// apart from `kubectl exec` and `port-forward` where the source can (the runner's
+    /// callback), so that serving traffic neither is capped by their limit nor crowds them out.
+    async fn open_relayed(&self, pod: &PodRef, port: u16) -> Result<SessionIo, LogError> {
+        self.open_session(pod, None, SessionRequest::PortForward { port })
+            .await
+    }
+
     /// Whether `what` (`exec`, `attach` or `port-forward`) into `container` of `pod` (`None`:
     /// the Pod's network) can be served, as far as the node knows without asking anyone: the
     /// Pod is here with that container and placed, the node has a runner for it, and the
@@ -528,54 +536,12 @@ impl LogSource for CallbackLogSource {
         container: Option<&str>,
         request: SessionRequest,
     ) -> Result<SessionIo, LogError> {
-        let what = match request {
-            SessionRequest::Exec { .. } => "exec",
-            SessionRequest::PortForward { .. } => "port-forward",
-        };
-        let placement = self.placement(pod, container)?;
-        let container = container
-            .or(placement.containers.first().map(String::as_str))
-            .unwrap_or_default()
-            .to_owned();
-        let Some(provider) = placement.provider.clone() else {
-            return Err(LogError::NotStarted {
-                pod: pod.clone(),
-                container,
-                reason: "the pod is not placed on a cloud yet".into(),
-            });
-        };
-        self.no_runner_configured(pod, &provider, what)?;
-        let callback = match &self.callback {
-            Some(callback) if self.run_by_runner(&placement) => callback,
-            _ => {
-                let no_runner = || LogError::NoRunner {
-                    pod: pod.clone(),
-                    provider: provider.clone(),
-                    what,
-                };
-                let (Some(open), Some(instance)) = (&self.provider_sessions, &placement.instance)
-                else {
-                    return Err(no_runner());
-                };
-                let limit = self.max_provider_sessions;
-                let Some(slot) = self.provider_open.take(pod, limit) else {
-                    let pod = pod.clone();
-                    return Err(LogError::TooManySessions { pod, limit });
-                };
-                return match open(&provider, instance, request).await {
-                    Ok(Some(io)) => Ok(slot.hold(io)),
-                    Ok(None) => Err(no_runner()),
-                    Err(message) => Err(LogError::Session {
-                        pod: pod.clone(),
-                        message,
-                    }),
-                };
-            }
-        };
-        callback
-            .open_session(&placement.uid, request)
-            .await
-            .map_err(|e| session_error(pod, &container, &provider, e))
+        self.open(pod, container, request, false).await
+    }
+
+    async fn open_relayed(&self, pod: &PodRef, port: u16) -> Result<SessionIo, LogError> {
+        let request = SessionRequest::PortForward { port };
+        self.open(pod, None, request, true).await
     }
 
     fn check_session(
@@ -629,6 +595,70 @@ impl LogSource for CallbackLogSource {
                 })
             })
             .collect()
+    }
+}
+
+impl CallbackLogSource {
+    /// Opens `request` on the runner of `pod` (a relay's connection when `relayed`), or on
+    /// its provider.
+    async fn open(
+        &self,
+        pod: &PodRef,
+        container: Option<&str>,
+        request: SessionRequest,
+        relayed: bool,
+    ) -> Result<SessionIo, LogError> {
+        let what = match request {
+            SessionRequest::Exec { .. } => "exec",
+            SessionRequest::PortForward { .. } => "port-forward",
+        };
+        let placement = self.placement(pod, container)?;
+        let container = container
+            .or(placement.containers.first().map(String::as_str))
+            .unwrap_or_default()
+            .to_owned();
+        let Some(provider) = placement.provider.clone() else {
+            return Err(LogError::NotStarted {
+                pod: pod.clone(),
+                container,
+                reason: "the pod is not placed on a cloud yet".into(),
+            });
+        };
+        self.no_runner_configured(pod, &provider, what)?;
+        let callback = match &self.callback {
+            Some(callback) if self.run_by_runner(&placement) => callback,
+            _ => {
+                let no_runner = || LogError::NoRunner {
+                    pod: pod.clone(),
+                    provider: provider.clone(),
+                    what,
+                };
+                let (Some(open), Some(instance)) = (&self.provider_sessions, &placement.instance)
+                else {
+                    return Err(no_runner());
+                };
+                let limit = self.max_provider_sessions;
+                let Some(slot) = self.provider_open.take(pod, limit) else {
+                    let pod = pod.clone();
+                    return Err(LogError::TooManySessions { pod, limit });
+                };
+                return match open(&provider, instance, request).await {
+                    Ok(Some(io)) => Ok(slot.hold(io)),
+                    Ok(None) => Err(no_runner()),
+                    Err(message) => Err(LogError::Session {
+                        pod: pod.clone(),
+                        message,
+                    }),
+                };
+            }
+        };
+        let opened = match request {
+            SessionRequest::PortForward { port } if relayed => {
+                callback.open_relayed(&placement.uid, port).await
+            }
+            request => callback.open_session(&placement.uid, request).await,
+        };
+        opened.map_err(|e| session_error(pod, &container, &provider, e))
     }
 }
 
