@@ -412,8 +412,16 @@ async fn a_relay_s_connections_are_counted_apart_from_the_other_sessions() {
         .expect("the one exec");
     // The relay's two connections open beside the exec, and a third is refused with its own
     // limit; the exec limit is untouched by them.
-    let _one = rig.handle.open_relayed("uid-a", 1).await.expect("relayed 1");
-    let _two = rig.handle.open_relayed("uid-a", 1).await.expect("relayed 2");
+    let _one = rig
+        .handle
+        .open_relayed("uid-a", 1)
+        .await
+        .expect("relayed 1");
+    let _two = rig
+        .handle
+        .open_relayed("uid-a", 1)
+        .await
+        .expect("relayed 2");
     let err = (rig.handle.open_relayed("uid-a", 1).await)
         .err()
         .expect("relayed 3");
