@@ -102,11 +102,13 @@ impl Reconciler {
     fn translate(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
         let w = translate_pod(pod).map_err(|e| e.to_string())?;
         let runners = self.cfg.runners.as_deref();
-        // Where the Pod may go: a remote cluster's kubelet runs its probes itself.
+        // Where the Pod may go: the enabled providers it allows.
         let kube = neocloud_core::ProviderId::Kube;
-        let only_remote = (self.renter.catalog.provider_ids().into_iter())
+        let allowed: Vec<_> = (self.renter.catalog.provider_ids().into_iter())
             .filter(|p| w.providers.is_empty() || w.providers.contains(p))
-            .all(|p| p == kube);
+            .collect();
+        // A remote cluster's kubelet runs its probes itself.
+        let only_remote = allowed.iter().all(|p| *p == kube);
         let refused = (!only_remote)
             .then(|| super::probes::unhonoured(pod, runners))
             .flatten();
@@ -114,8 +116,7 @@ impl Reconciler {
             return Err(refused);
         }
         // Egress is carried by the runner only: a remote cluster's Pod has none.
-        let remote_cluster = self.provider(kube).is_some()
-            && (w.providers.is_empty() || w.providers.contains(&kube));
+        let remote_cluster = allowed.contains(&kube);
         if let Some(refused) = super::egress::unhonoured(pod, runners, remote_cluster) {
             return Err(refused);
         }
@@ -365,7 +366,7 @@ impl Reconciler {
 }
 
 /// A 404 (already gone) or 409 (another object now has the name) is success for a delete.
-fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), Error> {
+pub(super) fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), Error> {
     match r {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),

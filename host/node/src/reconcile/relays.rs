@@ -29,6 +29,7 @@ use neocloud_remote::relay::client::{CERT_FILE, NODE_FILE, TOKEN_FILE};
 use neocloud_remote::relay::{MAX_PORTS, RelayGrant, RelayTable};
 use serde_json::json;
 
+use super::pods::ignore_gone;
 use super::{Error, Reconciler};
 
 /// The label every relay Pod and Secret carries: the uid of the burst Pod it serves.
@@ -353,14 +354,6 @@ impl Reconciler {
         ignore_gone(pods.delete(&name, &DeleteParams::default()).await)?;
         ignore_gone(secrets.delete(&name, &DeleteParams::default()).await)?;
         Ok(())
-    }
-}
-
-fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), Error> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
     }
 }
 
