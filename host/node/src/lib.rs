@@ -7,15 +7,16 @@
 
 pub mod crd;
 pub mod egress;
-pub mod metrics;
 pub mod naming;
 pub mod policies;
 pub mod reconcile;
 pub mod run;
 pub mod runtime;
 pub mod sweeper;
-pub mod telemetry;
 pub mod vnode;
+
+// Metrics and traces live in their own crate; these paths stay for callers.
+pub use neocloud_telemetry::{metrics, telemetry};
 
 // The servers remote workloads talk to live in their own crate; these paths stay for callers.
 pub use neocloud_remote::{callback, kubelet, tls};

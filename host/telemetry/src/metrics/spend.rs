@@ -94,7 +94,7 @@ impl SpendCounter {
     }
 
     fn labels(&self, s: &BindingSpend<'_>) -> Labels {
-        let gpu = crate::crd::gpu_model(s.gpu);
+        let gpu = neocloud_api::gpu_model(s.gpu);
         let by = self.by.lock().unwrap_or_else(PoisonError::into_inner);
         by.iter()
             .map(|label| {
