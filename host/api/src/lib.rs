@@ -33,6 +33,10 @@ use kube::CustomResourceExt;
 /// The API group of every NeoCloud Node resource.
 pub const GROUP: &str = "cloud.aibrix.ai";
 
+/// The field manager of everything the node writes with server-side apply (its Node, Pods'
+/// status, bindings, receipts, BurstPolicy status), so that its fields are told from others'.
+pub const FIELD_MANAGER: &str = "neocloud-node";
+
 /// Every CRD the node needs, in the order they should be applied.
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![

@@ -6,14 +6,14 @@
 //! policy engines, cloud APIs in the providers.
 
 pub mod crd;
-pub mod egress;
-pub mod naming;
-pub mod policies;
-pub mod reconcile;
 pub mod run;
-pub mod runtime;
 pub mod sweeper;
 pub mod vnode;
+
+// The controllers and the BurstPolicy controller live in their own crates; these paths stay
+// for callers.
+pub use neocloud_burst_policy as policies;
+pub use neocloud_controller::{egress, naming, reconcile, runtime};
 
 // Metrics and traces live in their own crate; these paths stay for callers.
 pub use neocloud_telemetry::{metrics, telemetry};

@@ -85,6 +85,30 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "neocloud-node",
         ],
     ),
+    // Metrics and traces: record what happened, decide nothing, own no controller.
+    (
+        "neocloud-telemetry",
+        &[
+            "neocloud-node",
+            "neocloud-controller",
+            "neocloud-burst-policy",
+            "neocloud-remote",
+            "neocloud-kube-target",
+            "neocloud-oci",
+        ],
+    ),
+    // The BurstPolicy controller: below the Pod controllers, which resolve policies through it.
+    (
+        "neocloud-burst-policy",
+        &[
+            "neocloud-node",
+            "neocloud-controller",
+            "neocloud-remote",
+            "neocloud-kube-target",
+        ],
+    ),
+    // The Pod and binding controllers: below the binary that wires them.
+    ("neocloud-controller", &["neocloud-node"]),
 ];
 
 /// Crates only tests may use: a dev-dependency of anything, a normal dependency of nothing (so
@@ -221,6 +245,7 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         ("neocloud-core", "serde"),
         ("neocloud-node", "neocloud-testenv"),
         ("neocloud-api", "neocloud-node"),
+        ("neocloud-controller", "neocloud-node"),
     ];
     let mut graph = Graph::new();
     for (from, to) in edges {
@@ -247,6 +272,9 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         "neocloud-kube-target",
         "neocloud-replay",
         "neocloud-api",
+        "neocloud-telemetry",
+        "neocloud-burst-policy",
+        "neocloud-controller",
     ] {
         graph.entry(name.into()).or_default();
     }
@@ -289,7 +317,19 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         broken.contains(&"neocloud-api may not depend on neocloud-testenv: neocloud-api -> neocloud-node -> neocloud-testenv".to_string()),
         "{broken:#?}"
     );
-    assert_eq!(broken.len(), 6, "{broken:#?}");
+    // The controllers sit below the binary that wires them.
+    assert!(
+        broken.contains(
+            &"neocloud-controller may not depend on neocloud-node: neocloud-controller -> neocloud-node"
+                .to_string()
+        ),
+        "{broken:#?}"
+    );
+    assert!(
+        broken.contains(&"neocloud-controller may not depend on neocloud-testenv: neocloud-controller -> neocloud-node -> neocloud-testenv".to_string()),
+        "{broken:#?}"
+    );
+    assert_eq!(broken.len(), 8, "{broken:#?}");
 }
 
 /// The lines of the TOML sections whose headers start with `prefix`, without blanks and

@@ -14,8 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::config::NodeConfig;
 use super::heartbeat::Health;
 
-/// The field manager of everything the node writes with server-side apply.
-pub const FIELD_MANAGER: &str = "neocloud-node";
+pub use neocloud_api::FIELD_MANAGER;
 
 /// Labels that NodeRestriction forbids a `system:node:<name>` identity to set; the node sets them
 /// only when it runs under another identity (a ServiceAccount).

@@ -2,15 +2,15 @@
 //! team label of its Pod (from the cache), its provider and GPU. Fed every few seconds from the
 //! cost ledger and once more, with the final figure, when the binding's instances are gone.
 //!
-//! Not the ledger itself (`neocloud_broker::CostLedger`) nor the counter (`crate::metrics`).
+//! Not the ledger itself (`neocloud_broker::CostLedger`) nor the counter (`neocloud_telemetry::metrics`).
 
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use neocloud_broker::BindingCost;
 
 use super::Reconciler;
-use crate::crd::CloudPodBinding;
-use crate::metrics::BindingSpend;
+use neocloud_api::CloudPodBinding;
+use neocloud_telemetry::metrics::BindingSpend;
 
 impl Reconciler {
     /// Counts what each binding of `costs` accrued since the last call. A binding not in the

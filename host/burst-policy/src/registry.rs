@@ -19,8 +19,8 @@ use super::cel::Governed;
 use super::load::{self, Body, LoadedPolicy};
 use super::status;
 use super::wasm::{ExcludingPricing, Exclusions, WasmFallback, WasmPricing, WasmRanker};
-use crate::crd::BurstPolicy;
-use crate::metrics::{
+use neocloud_api::BurstPolicy;
+use neocloud_telemetry::metrics::{
     InstrumentedFallback, InstrumentedFilter, InstrumentedPricing, InstrumentedRanker, Metrics,
 };
 
@@ -83,7 +83,7 @@ enum Entry {
     Failed {
         uid: Option<String>,
         generation: Option<i64>,
-        errors: Vec<crate::crd::PolicyError>,
+        errors: Vec<neocloud_api::PolicyError>,
         /// The policy to load again, when the failure may pass unchanged (its registry was
         /// unreachable).
         retry: Option<Arc<BurstPolicy>>,

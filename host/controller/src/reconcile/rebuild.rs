@@ -13,7 +13,7 @@ use neocloud_broker::Renter;
 
 use super::NODE_LABEL;
 use super::release::binding_key;
-use crate::crd::{
+use neocloud_api::{
     AttemptOutcome, AttemptRecord, BindingPhase, CloudPodBinding, CloudPodBindingStatus,
 };
 
@@ -113,7 +113,7 @@ pub(super) fn rental_in_flight(s: &CloudPodBindingStatus) -> Option<&AttemptReco
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::AttemptRecord;
+    use neocloud_api::AttemptRecord;
 
     fn attempt(number: u32, outcome: AttemptOutcome, price: f64) -> AttemptRecord {
         AttemptRecord {

@@ -17,7 +17,7 @@ use neocloud_core::EnvFromKind;
 use neocloud_core::files::{FileMount, FileSource, FilesError, ObjectData, ResolvedMount, build};
 
 use super::objects::{Keys, Objects, ReadError};
-use crate::callback;
+use neocloud_remote::callback;
 
 /// How often the node reads the objects of a running workload's files again.
 pub const FILES_REFRESH: Duration = Duration::from_secs(15);

@@ -4,6 +4,7 @@
 //! controller-runtime write them, repeats folded into a series) and [`send_unread`].
 
 pub mod events;
+pub mod slim;
 pub mod turns;
 
 /// Sends a write whose answer nothing reads (a Pod's whole status, a created Event): the

@@ -17,7 +17,7 @@ use super::recorder::write_status;
 use super::release::{Ending, Release, binding_key};
 use super::rerent::{RERENT_BACKOFF, rerent_backoff};
 use super::{Error, Reconciler};
-use crate::crd::{AttemptOutcome, BindingPhase, CloudPodBinding, CloudPodBindingStatus};
+use neocloud_api::{AttemptOutcome, BindingPhase, CloudPodBinding, CloudPodBindingStatus};
 
 /// How many times a Pod's instance is replaced after it stopped, failed or was lost by the
 /// provider, before the Pod fails, unless its BurstPolicy's `maxReplacements` says otherwise.

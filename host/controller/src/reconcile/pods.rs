@@ -18,12 +18,12 @@ use super::pod_status::{Container, DesiredPod, apply_body, is_current};
 use super::recorder::write_status;
 use super::release::{Ending, Release, binding_key};
 use super::{Error, FINALIZER, NODE_LABEL, Reconciler};
-use crate::crd::{
+use neocloud_api::FIELD_MANAGER;
+use neocloud_api::{
     BindingPhase, CloudPodBinding, CloudPodBindingSpec, CloudPodBindingStatus, PolicyRef,
     WorkloadSummary,
 };
-use crate::metrics::{InstrumentedFilter, InstrumentedRanker};
-use crate::vnode::FIELD_MANAGER;
+use neocloud_telemetry::metrics::{InstrumentedFilter, InstrumentedRanker};
 
 /// Reconciles one Pod bound to the node.
 pub(super) async fn reconcile(pod: Arc<Pod>, r: Arc<Reconciler>) -> Result<Action, Error> {

@@ -19,9 +19,9 @@ use neocloud_testenv::TestContext;
 use serde_json::json;
 
 use super::{Reconciler, ReconcilerConfig};
-use crate::crd::{BindingPhase, CloudPodBinding};
-use crate::metrics::Metrics;
 use crate::naming::ClusterId;
+use neocloud_api::{BindingPhase, CloudPodBinding};
+use neocloud_telemetry::metrics::Metrics;
 
 struct Rig {
     _ctx: TestContext,
@@ -33,7 +33,7 @@ struct Rig {
 
 async fn rig(prefix: &str) -> Rig {
     let ctx = TestContext::new(prefix).await;
-    crate::crd::install(&ctx.client, "neocloud-node-tests", Duration::from_secs(30))
+    crate::crds::install(&ctx.client, "neocloud-node-tests", Duration::from_secs(30))
         .await
         .unwrap();
     let sims = CloudSim::start(CloudSimConfig {

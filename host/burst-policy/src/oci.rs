@@ -11,7 +11,7 @@ use kube::Api;
 use neocloud_oci::{OciClient, OciError, OciOptions, PolicyRef, PublicKey, RegistryCredentials};
 use neocloud_policy::wasm::PolicySource;
 
-use crate::crd::{ConfigMapKeyRef, PolicyError, SecretRef, WasmSource};
+use neocloud_api::{ConfigMapKeyRef, PolicyError, SecretRef, WasmSource};
 
 /// Why an OCI source did not load: the errors for the status, and whether trying again
 /// unchanged may succeed (the registry was down, refused the login, or lacked the artifact or

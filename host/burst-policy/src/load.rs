@@ -16,7 +16,7 @@ use neocloud_policy::wasm::{
     WasmPolicy, sha256_hex,
 };
 
-use crate::crd::{
+use neocloud_api::{
     BurstPolicy, CelRules, ConfigMapKeyRef, FailurePolicy, PolicyError, PolicyMode, WasmSource,
 };
 

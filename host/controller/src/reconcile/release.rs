@@ -15,7 +15,7 @@ use serde_json::json;
 use super::attempts::attempted_providers;
 use super::recorder::write_status;
 use super::{Error, FINALIZER, Reconciler};
-use crate::crd::{BindingPhase, CloudPodBinding};
+use neocloud_api::{BindingPhase, CloudPodBinding};
 
 /// How a binding ends once its instance is gone.
 #[derive(Debug, Clone)]

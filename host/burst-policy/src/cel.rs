@@ -10,7 +10,7 @@ use std::sync::Arc;
 use neocloud_broker::{OfferFilter, OfferRanker, PolicyError};
 use neocloud_core::{Attempt, Offer, WorkloadSpec};
 
-use crate::crd::{FailurePolicy, PolicyMode};
+use neocloud_api::{FailurePolicy, PolicyMode};
 
 /// A CEL filter or ranker with the host default it yields to.
 #[derive(Debug)]

@@ -18,8 +18,8 @@ use super::recorder::write_status;
 use super::release::binding_key;
 use super::runners::{InPlace, RunnerStatus};
 use super::{Error, Reconciler, Said};
-use crate::callback::Termination;
-use crate::crd::{BindingPhase, CloudPodBinding, CloudPodBindingStatus};
+use neocloud_api::{BindingPhase, CloudPodBinding, CloudPodBindingStatus};
+use neocloud_remote::callback::Termination;
 
 impl Reconciler {
     /// Mirrors the rented instance into the binding and the Pod.
@@ -442,7 +442,7 @@ pub(super) fn trace_wait(status: &CloudPodBindingStatus, i: &InstanceState) {
         return;
     };
     let start = std::time::SystemTime::from(rented);
-    crate::telemetry::record_after(
+    neocloud_telemetry::telemetry::record_after(
         traceparent,
         "wait for running",
         start,

@@ -12,7 +12,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use super::{Error, Reconciler};
-use crate::crd::{
+use neocloud_api::{
     CloudPodBinding, CloudPodReceipt, CloudPodReceiptSpec, RECEIPT_CLUSTER_LABEL, receipt_name,
 };
 

@@ -22,9 +22,9 @@ use super::recorder::{BindingRecorder, write_status};
 use super::release::binding_key;
 use super::rented::rented_note;
 use super::{Error, Reconciler, Said, env};
-use crate::crd::{BindingPhase, CloudPodBinding, CloudPodBindingStatus};
-use crate::metrics::RentalOutcome;
-use crate::policies::PolicyUnavailable;
+use neocloud_api::{BindingPhase, CloudPodBinding, CloudPodBindingStatus};
+use neocloud_burst_policy::PolicyUnavailable;
+use neocloud_telemetry::metrics::RentalOutcome;
 
 impl Reconciler {
     /// The planner and fallback of the `BurstPolicy` the workload names, if any, with the Pod's
@@ -74,7 +74,7 @@ impl Reconciler {
         status: CloudPodBindingStatus,
     ) -> Result<Action, Error> {
         let span = tracing::info_span!(
-            target: crate::telemetry::TARGET,
+            target: neocloud_telemetry::telemetry::TARGET,
             "place pod",
             "k8s.namespace.name" = %pod.namespace().unwrap_or_default(),
             "k8s.pod.name" = %pod.name_any(),
@@ -120,8 +120,9 @@ impl Reconciler {
         if super::rebuild::rental_in_flight(&status).is_some() {
             self.renter.budget.release(&binding_key(&b));
         }
-        let translated = tracing::info_span!(target: crate::telemetry::TARGET, "translate")
-            .in_scope(|| self.workload(pod));
+        let translated =
+            tracing::info_span!(target: neocloud_telemetry::telemetry::TARGET, "translate")
+                .in_scope(|| self.workload(pod));
         let (w, planner) = match translated {
             Ok(ok) => ok,
             Err(why) => return self.fail(pod, &b, "Unsupported", why).await,
@@ -203,7 +204,9 @@ impl Reconciler {
             boot: boot.as_ref(),
             registry_login: registry_login.as_ref(),
         };
-        if let Some(traceparent) = crate::telemetry::traceparent(&tracing::Span::current()) {
+        if let Some(traceparent) =
+            neocloud_telemetry::telemetry::traceparent(&tracing::Span::current())
+        {
             status.traceparent = Some(traceparent);
         }
         let decider = w

@@ -7,7 +7,7 @@
 
 use neocloud_core::translate::EgressDestination;
 
-use crate::crd::{EgressRules, PolicyError};
+use neocloud_api::{EgressRules, PolicyError};
 
 /// One part of a pattern: anything, or exactly this.
 #[derive(Debug, Clone, PartialEq, Eq)]

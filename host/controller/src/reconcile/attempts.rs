@@ -9,7 +9,7 @@ use std::str::FromStr;
 use chrono::{DateTime, SecondsFormat, Utc};
 use neocloud_core::{Attempt, AttemptOutcome, FailureClass, ProviderId};
 
-use crate::crd::{
+use neocloud_api::{
     AttemptOutcome as RecordOutcome, AttemptRecord, AttemptTally, CloudPodBindingStatus,
 };
 

@@ -15,7 +15,7 @@ const INJECTED_TOKEN_VOLUME: &str = "kube-api-access-";
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Drops what the reconciler never reads from a Pod about to be cached.
-pub(super) fn slim_pod(pod: &mut Pod) {
+pub fn slim_pod(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
     if let Some(annotations) = pod.metadata.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);

@@ -21,8 +21,8 @@ use neocloud_providers::retries::{Retry, summary};
 use super::Reconciler;
 use super::attempts::{BUDGET_EXCEEDED_CODE, rfc3339, to_record, upsert};
 use super::pod_status::DesiredPod;
-use crate::crd::{BindingPhase, CloudPodBinding, CloudPodBindingStatus, RetriedRequests};
-use crate::metrics::RentalOutcome;
+use neocloud_api::{BindingPhase, CloudPodBinding, CloudPodBindingStatus, RetriedRequests};
+use neocloud_telemetry::metrics::RentalOutcome;
 
 /// The name a decision of the built-in fallback is recorded under.
 pub(super) const DEFAULT_POLICY: &str = "default";

@@ -12,8 +12,8 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::load::LoadedPolicy;
-use crate::crd::{BurstPolicy, BurstPolicyStatus, PolicyError};
-use crate::vnode::FIELD_MANAGER;
+use neocloud_api::FIELD_MANAGER;
+use neocloud_api::{BurstPolicy, BurstPolicyStatus, PolicyError};
 
 /// The condition type.
 pub const LOADED: &str = "Loaded";

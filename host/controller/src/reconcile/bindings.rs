@@ -11,7 +11,7 @@ use kube::{Api, ResourceExt};
 
 use super::release::{Release, binding_key};
 use super::{Error, FINALIZER, Reconciler};
-use crate::crd::CloudPodBinding;
+use neocloud_api::CloudPodBinding;
 
 /// Reconciles one of this node's bindings.
 pub(super) async fn reconcile(

@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::endings::replacements;
-use crate::crd::{BindingPhase, CloudPodBindingStatus};
+use neocloud_api::{BindingPhase, CloudPodBindingStatus};
 
 /// The binding's (and the Pod's) reason while it waits to be rented again after an exit.
 pub(super) const RERENT_BACKOFF: &str = "BackOff";
@@ -50,7 +50,7 @@ pub(super) fn rerent_wait(status: &CloudPodBindingStatus, now: DateTime<Utc>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{AttemptOutcome, AttemptRecord};
+    use neocloud_api::{AttemptOutcome, AttemptRecord};
 
     #[test]
     fn the_wait_between_rentals_doubles_from_ten_seconds_to_five_minutes() {

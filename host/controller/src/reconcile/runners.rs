@@ -35,12 +35,12 @@ use tokio::sync::mpsc;
 
 use super::files::{self, PodFiles};
 use super::{Reconciler, env};
-use crate::callback::{
+use neocloud_protocol::ProbeStatus;
+use neocloud_remote::callback::{
     CallbackError, CallbackHandle, EnvVar, RegistryLogin, RestartPolicy, RunnerEvent,
     RunnerEventKind, RunnerState, Termination, Workload,
 };
-use crate::callback::{UserDataOptions, render_container_start, render_user_data};
-use neocloud_protocol::ProbeStatus;
+use neocloud_remote::callback::{UserDataOptions, render_container_start, render_user_data};
 
 /// What the node knows of a binding's runner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

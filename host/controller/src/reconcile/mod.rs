@@ -25,7 +25,7 @@ mod files;
 mod mirror;
 mod objects;
 mod placing;
-mod pod_status;
+pub(crate) mod pod_status;
 mod pods;
 mod probes;
 mod pull_secrets;
@@ -37,7 +37,6 @@ mod release;
 mod rented;
 mod rerent;
 mod runners;
-mod slim;
 mod spend;
 #[cfg(test)]
 mod stale_tests;
@@ -53,10 +52,10 @@ use kube::{Api, Client, Resource, ResourceExt};
 use neocloud_broker::{Planner, Renter};
 use neocloud_policy::cel::CelEngine;
 
-use crate::crd::CloudPodBinding;
-use crate::metrics::Metrics;
 use crate::naming::ClusterId;
-use crate::policies::PolicyRegistry;
+use neocloud_api::CloudPodBinding;
+use neocloud_burst_policy::PolicyRegistry;
+use neocloud_telemetry::metrics::Metrics;
 
 pub use attempts::class_reason;
 pub use pod_status::{Container, DesiredPod};
@@ -239,7 +238,7 @@ impl Reconciler {
     ) -> Arc<Reconciler> {
         let events = crate::runtime::events::Publisher::new(
             client.clone(),
-            crate::vnode::FIELD_MANAGER,
+            neocloud_api::FIELD_MANAGER,
             &cfg.node_name,
         );
         let cfg_concurrency = cfg.concurrency;
@@ -298,7 +297,7 @@ impl Reconciler {
         let (pod_reader, pod_writer) = reflector::store();
         let pod_stream = watcher::watcher(pods, on_node)
             .default_backoff()
-            .modify(slim::slim_pod)
+            .modify(crate::runtime::slim::slim_pod)
             .reflect(pod_writer)
             .touched_objects();
         // One watch of the bindings serves both controllers: the binding controller reads it,

@@ -13,7 +13,7 @@ use neocloud_protocol::EgressTarget;
 use kube::ResourceExt;
 
 use super::runners::Runners;
-use crate::policies::PolicyRegistry;
+use neocloud_burst_policy::PolicyRegistry;
 
 /// The destinations `pod` names, as its runner serves them (empty when none).
 pub(super) fn for_runner(pod: &Pod) -> Vec<EgressTarget> {
