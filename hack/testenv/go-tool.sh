@@ -1,4 +1,4 @@
-# Shared by build-registry.sh, build-otelcol.sh, build-kwok.sh and build-kubelet.sh (sourced, not run): builds one
+# Shared by build-registry.sh, build-otelcol.sh, build-kwok.sh, build-kubelet.sh and build-kueue.sh (sourced, not run): builds one
 # Go tool from its wrapper module under hack/testenv/<dir> with the Go module proxy, into a cache
 # outside the repository keyed by the pinned version and a hash of `hashed` (the module's go.mod,
 # go.sum and whatever else shapes the binary). The caller sets:
@@ -13,6 +13,8 @@
 #   ldflags  (optional) the linker flags; '-s -w' when unset
 #   extra    (optional) an array of further packages of $module, each built beside $name under
 #            its last path element (the worker node's kube-proxy beside the kubelet)
+#   files()  (optional) copies further files the tool needs into the directory given as $1
+#            before it is published beside the binary (Kueue's CRDs and webhook manifests)
 #
 # and calls `go_tool "$@"`. Prints the bin directory on the last line of stdout (`--print`:
 # without building); progress goes to stderr; skips the build when the binary is cached; fails
@@ -64,6 +66,9 @@ go_tool() {
     (cd "$module" && go build -trimpath -ldflags "${ldflags:--s -w}" -o "$tmp/${p##*/}" "$p") \
       || fail "go build of $p ($what $version) in $module"
   done
+  if declare -F files >/dev/null; then
+    files "$tmp" || fail "copying the files that $what needs"
+  fi
   check "$tmp/$name"
   mkdir -p "$bin"
   mv "$tmp"/* "$bin/"
