@@ -22,13 +22,16 @@
 //! (the remote clusters of the `kube` provider's tests): nodes Ready, Pods Running, exit codes and
 //! image pull errors on request, deletions completed, container logs served.
 //!
+//! [`Kueue`] installs Kueue (CRDs, webhooks, the ProvisioningRequest CRD) on a control plane and
+//! runs its manager, for tests of queueing and admission checks.
+//!
 //! [`Docker`] runs Debian's `dockerd` with its own root and socket, without firewall rules or a
 //! bridge, for tests of the runner's container executor.
 //!
 //! The binaries are built from the Go module proxy by `hack/testenv/build.sh`,
-//! `hack/testenv/build-registry.sh`, `hack/testenv/build-otelcol.sh` and
-//! `hack/testenv/build-kwok.sh` (`make testenv`); this crate never builds them. It is for tests
-//! and local runs, not for production clusters.
+//! `hack/testenv/build-registry.sh`, `hack/testenv/build-otelcol.sh`, `hack/testenv/build-kwok.sh`
+//! and `hack/testenv/build-kueue.sh` (`make testenv`); this crate never builds them. It is for
+//! tests and local runs, not for production clusters.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -43,6 +46,7 @@ mod context;
 mod control_plane;
 pub mod docker;
 mod kubeconfig;
+pub mod kueue;
 pub mod kwok;
 pub mod nodes;
 pub mod otelcol;
@@ -60,6 +64,7 @@ pub use components::KUBELET_CLIENT_USER;
 pub use context::{TestContext, shared};
 pub use control_plane::{ControlPlane, Options};
 pub use docker::Docker;
+pub use kueue::Kueue;
 pub use kwok::Kwok;
 pub use otelcol::Collector;
 pub use pki::{CertPair, Pki};
@@ -107,6 +112,24 @@ pub enum Error {
     MissingKwok {
         /// The path searched.
         path: PathBuf,
+    },
+    /// The kueue binary has not been built.
+    #[error(
+        "kueue binary missing at {path}; build it with `make testenv` \
+         (hack/testenv/build-kueue.sh) or set NEOCLOUD_KUEUE_BIN"
+    )]
+    MissingKueue {
+        /// The path searched.
+        path: PathBuf,
+    },
+    /// A manifest the harness installs (a CRD, a webhook configuration) is unusable or did not
+    /// take effect.
+    #[error("manifest {path}: {message}")]
+    Manifest {
+        /// The file, or the object's name.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
     },
     /// Debian's Docker engine is not installed.
     #[error(
