@@ -21,9 +21,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 name=kueue
 module="$here/kueue"
 pin=sigs.k8s.io/kueue
-hashed=("$module/go.mod" "$module/go.sum")
+# The script too: its files() decides what lies beside the binary.
+hashed=("$module/go.mod" "$module/go.sum" "$here/build-kueue.sh")
 package=sigs.k8s.io/kueue/cmd/kueue
 what=kueue
+cold="about 7 minutes (6.5 measured beside other builds)"
 version=$(pinned "$pin" "$module/go.mod")
 ldflags="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$version"
 # The source directory of a module of the wrapper's build list (downloaded first if need be).

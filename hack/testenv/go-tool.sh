@@ -11,6 +11,7 @@
 #   what     how failures name the build ("distribution", "the collector")
 #   check()  runs the built binary ($1) and fails if it does not work
 #   ldflags  (optional) the linker flags; '-s -w' when unset
+#   cold     (optional) how long a cold build takes on 2 cores; '1-2 minutes' when unset
 #   extra    (optional) an array of further packages of $module, each built beside $name under
 #            its last path element (the worker node's kube-proxy beside the kubelet)
 #   files()  (optional) copies further files the tool needs into the directory given as $1
@@ -48,7 +49,7 @@ go_tool() {
 
   command -v go >/dev/null || fail "go is not on PATH; install Go 1.26 or newer"
   log "building $name ($what $version) into $bin"
-  log "a cold build takes 1-2 minutes on 2 cores; later runs reuse the cache"
+  log "a cold build takes ${cold:-1-2 minutes} on 2 cores; later runs reuse the cache"
   tmp="$bin.tmp.$$"
   mkdir -p "$tmp"
   # shellcheck disable=SC2064 # the path is fixed now
