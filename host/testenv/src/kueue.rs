@@ -88,13 +88,13 @@ pub fn provisioning_request_resource() -> ApiResource {
     }
 }
 
-/// A running Kueue manager. Dropping it stops the process and removes its directory
-/// (`NEOCLOUD_TESTENV_KEEP=1` keeps it); what it installed stays on the control plane.
+/// A running Kueue manager. Dropping it stops the process, and its supervisor then removes the
+/// manager's directory (kept when the control plane keeps its own); what it installed stays on
+/// the control plane.
 #[derive(Debug)]
 pub struct Kueue {
     process: Supervised,
-    dir: PathBuf,
-    keep_dir: bool,
+    log: PathBuf,
 }
 
 /// The loopback ports of one manager.
@@ -109,12 +109,12 @@ impl Kueue {
     /// its webhooks answer.
     pub async fn start(control_plane: &ControlPlane) -> Result<Self, Error> {
         let bin = locate()?;
-        let keep_dir = control_plane.keep_dir();
-        let dir = tempfile::Builder::new()
+        // Removed on an early return; once the manager runs, its supervisor removes it.
+        let workdir = tempfile::Builder::new()
             .prefix("neocloud-kueue-")
             .tempdir()
-            .map_err(|e| Error::io("create the kueue directory", e))?
-            .keep();
+            .map_err(|e| Error::io("create the kueue directory", e))?;
+        let dir = workdir.path().to_owned();
         let ports = Ports {
             webhook: readiness::free_port()?,
             metrics: readiness::free_port()?,
@@ -143,14 +143,12 @@ impl Kueue {
         args.push(format!("--config={}", path_arg(&config)?));
         let kubeconfig = control_plane.admin_kubeconfig();
         args.push(format!("--kubeconfig={}", path_arg(&kubeconfig)?));
-        let cleanup = (!keep_dir).then_some(dir.as_path());
+        let cleanup = (!control_plane.keep_dir()).then_some(dir.as_path());
         let unshare = Path::new("unshare");
-        let process = Supervised::spawn("kueue", unshare, &args, &dir.join("kueue.log"), cleanup)?;
-        let mut kueue = Self {
-            process,
-            dir,
-            keep_dir,
-        };
+        let log = dir.join("kueue.log");
+        let process = Supervised::spawn("kueue", unshare, &args, &log, cleanup)?;
+        let _ = workdir.keep();
+        let mut kueue = Self { process, log };
         kueue.wait_ready(&client, ports.health).await?;
         Ok(kueue)
     }
@@ -187,22 +185,13 @@ impl Kueue {
     }
 
     /// The manager's log file.
-    pub fn log_path(&self) -> PathBuf {
-        self.dir.join("kueue.log")
+    pub fn log_path(&self) -> &Path {
+        &self.log
     }
 
     /// The last `lines` lines of the manager's log.
     pub fn log_tail(&self, lines: usize) -> String {
         self.process.log_tail(lines)
-    }
-}
-
-impl Drop for Kueue {
-    fn drop(&mut self) {
-        self.process.stop();
-        if !self.keep_dir {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
     }
 }
 
