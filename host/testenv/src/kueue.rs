@@ -260,7 +260,5 @@ fn path_arg(path: &Path) -> Result<String, Error> {
 /// The kueue binary: `$NEOCLOUD_KUEUE_BIN` (the binary or its directory) if set, else `kueue` in
 /// the cache directory that `hack/testenv/build-kueue.sh --print` names for the pinned version.
 pub fn locate() -> Result<PathBuf, Error> {
-    binaries::tool(BIN_ENV, "kueue", "build-kueue.sh", |path| {
-        Error::MissingKueue { path }
-    })
+    binaries::tool(BIN_ENV, "kueue", "build-kueue.sh", "kueue")
 }

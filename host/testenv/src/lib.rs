@@ -86,41 +86,21 @@ pub enum Error {
         /// The binaries that are not there.
         missing: String,
     },
-    /// The OCI registry binary has not been built.
+    /// A tool of the rig built from the Go module proxy (the OCI registry, the collector, kwok,
+    /// kueue, the kubelet or kube-proxy) has not been built.
     #[error(
-        "OCI registry binary missing at {path}; build it with `make testenv` \
-         (hack/testenv/build-registry.sh) or set NEOCLOUD_REGISTRY_BIN"
+        "{tool} binary missing at {path}; build it with `make testenv` (hack/testenv/{script}) \
+         or set {env}"
     )]
-    MissingRegistry {
+    MissingTool {
+        /// The tool, as people name it ("OpenTelemetry Collector").
+        tool: String,
         /// The path searched.
         path: PathBuf,
-    },
-    /// The OpenTelemetry Collector binary has not been built.
-    #[error(
-        "OpenTelemetry Collector binary missing at {path}; build it with `make testenv` \
-         (hack/testenv/build-otelcol.sh) or set NEOCLOUD_OTELCOL_BIN"
-    )]
-    MissingCollector {
-        /// The path searched.
-        path: PathBuf,
-    },
-    /// The kwok binary has not been built.
-    #[error(
-        "kwok binary missing at {path}; build it with `make testenv` (hack/testenv/build-kwok.sh) \
-         or set NEOCLOUD_KWOK_BIN"
-    )]
-    MissingKwok {
-        /// The path searched.
-        path: PathBuf,
-    },
-    /// The kueue binary has not been built.
-    #[error(
-        "kueue binary missing at {path}; build it with `make testenv` \
-         (hack/testenv/build-kueue.sh) or set NEOCLOUD_KUEUE_BIN"
-    )]
-    MissingKueue {
-        /// The path searched.
-        path: PathBuf,
+        /// The script under hack/testenv that builds it.
+        script: String,
+        /// The environment variable that says where it is instead.
+        env: String,
     },
     /// A manifest the harness installs (a CRD, a webhook configuration) is unusable or did not
     /// take effect.
@@ -150,15 +130,6 @@ pub enum Error {
         program: String,
         /// The Debian package that has it.
         package: String,
-    },
-    /// The kubelet binary has not been built.
-    #[error(
-        "kubelet binary missing at {path}; build it with `make testenv` \
-         (hack/testenv/build-kubelet.sh) or set NEOCLOUD_KUBELET_BIN"
-    )]
-    MissingKubelet {
-        /// The path searched.
-        path: PathBuf,
     },
     /// A file or process operation failed.
     #[error("failed to {what}: {source}")]
