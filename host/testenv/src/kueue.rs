@@ -133,16 +133,7 @@ impl Kueue {
         let config = dir.join("config.yaml");
         write_file(&config, &configuration(&dir, &ports)?)?;
 
-        let mut args: Vec<String> = ["--mount", "--propagation", "private", "--", "sh", "-c"]
-            .map(String::from)
-            .into();
-        args.push(WITH_ETC_OVERLAY.into());
-        args.push("kueue-etc-overlay".into());
-        args.push(path_arg(&dir.join("etc"))?);
-        args.push(path_arg(&bin)?);
-        args.push(format!("--config={}", path_arg(&config)?));
-        let kubeconfig = control_plane.admin_kubeconfig();
-        args.push(format!("--kubeconfig={}", path_arg(&kubeconfig)?));
+        let args = unshare_args(&dir, &bin, &config, &control_plane.admin_kubeconfig())?;
         let cleanup = (!control_plane.keep_dir()).then_some(dir.as_path());
         let unshare = Path::new("unshare");
         let log = dir.join("kueue.log");
@@ -193,6 +184,26 @@ impl Kueue {
     pub fn log_tail(&self, lines: usize) -> String {
         self.process.log_tail(lines)
     }
+}
+
+/// The arguments of `unshare` that run the manager `bin` with `config` and `kubeconfig` in a
+/// mount namespace of its own, `<dir>/etc` overlaid on `/etc`.
+fn unshare_args(
+    dir: &Path,
+    bin: &Path,
+    config: &Path,
+    kubeconfig: &Path,
+) -> Result<Vec<String>, Error> {
+    let mut args: Vec<String> = ["--mount", "--propagation", "private", "--", "sh", "-c"]
+        .map(String::from)
+        .into();
+    args.push(WITH_ETC_OVERLAY.into());
+    args.push("kueue-etc-overlay".into());
+    args.push(path_arg(&dir.join("etc"))?);
+    args.push(path_arg(bin)?);
+    args.push(format!("--config={}", path_arg(config)?));
+    args.push(format!("--kubeconfig={}", path_arg(kubeconfig)?));
+    Ok(args)
 }
 
 /// Kueue's Configuration: webhooks served from `<dir>/webhook-certs` on loopback, metrics and

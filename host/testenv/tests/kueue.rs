@@ -272,7 +272,9 @@ async fn quota_admits_one_job_and_holds_the_next(rig: &Rig) {
     assert!(rig.suspended("second").await, "over quota stays suspended");
 }
 
-async fn provisioning_request_holds_admission_until_provisioned(rig: &Rig) {
+/// The AdmissionCheck `rent` of Kueue's ProvisioningRequest controller with its config (class
+/// [`CLASS`], for GPU PodSets), Active, on a ClusterQueue `rented` with LocalQueue `rented`.
+async fn rent_check_on_a_queue(rig: &Rig) {
     let configs = rig.cluster_api("ProvisioningRequestConfig", "provisioningrequestconfigs");
     let config = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ProvisioningRequestConfig",
     "metadata": {"name": "rent"},
@@ -301,7 +303,10 @@ async fn provisioning_request_holds_admission_until_provisioned(rig: &Rig) {
     rig.create(&queues, cluster_queue("rented", 8, &["rent"]))
         .await;
     local_queue(rig, "rented", "rented").await;
+}
 
+async fn provisioning_request_holds_admission_until_provisioned(rig: &Rig) {
+    rent_check_on_a_queue(rig).await;
     let annotations = json!({"provreq.kueue.x-k8s.io/ValidUntilSeconds": "600"});
     rig.jobs()
         .create(
