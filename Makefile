@@ -75,12 +75,13 @@ flaky: ## run the tests TEST selects (cargo test arguments) N times (5) and coun
 	echo "flaky: $$failed of $$runs runs failed: $(TEST)"; \
 	[ "$$failed" -eq 0 ]
 
-testenv: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, the kubelet and kube-proxy, the OCI registry, the OpenTelemetry Collector, KWOK and helm (cached)
+testenv: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, the kubelet and kube-proxy, the OCI registry, the OpenTelemetry Collector, KWOK, Kueue and helm (cached)
 	bash hack/testenv/build.sh >/dev/null
 	bash hack/testenv/build-kubelet.sh >/dev/null
 	bash hack/testenv/build-registry.sh >/dev/null
 	bash hack/testenv/build-otelcol.sh >/dev/null
 	bash hack/testenv/build-kwok.sh >/dev/null
+	bash hack/testenv/build-kueue.sh >/dev/null
 	bash hack/helm/build.sh >/dev/null
 
 config-reference: ## regenerate docs/CONFIGURATION.md from the config types (a docs test fails when it is stale)

@@ -1,4 +1,4 @@
-# Shared by build-registry.sh, build-otelcol.sh, build-kwok.sh and build-kubelet.sh (sourced, not run): builds one
+# Shared by build-registry.sh, build-otelcol.sh, build-kwok.sh, build-kubelet.sh and build-kueue.sh (sourced, not run): builds one
 # Go tool from its wrapper module under hack/testenv/<dir> with the Go module proxy, into a cache
 # outside the repository keyed by the pinned version and a hash of `hashed` (the module's go.mod,
 # go.sum and whatever else shapes the binary). The caller sets:
@@ -11,8 +11,11 @@
 #   what     how failures name the build ("distribution", "the collector")
 #   check()  runs the built binary ($1) and fails if it does not work
 #   ldflags  (optional) the linker flags; '-s -w' when unset
+#   cold     (optional) how long a cold build takes on 2 cores; '1-2 minutes' when unset
 #   extra    (optional) an array of further packages of $module, each built beside $name under
 #            its last path element (the worker node's kube-proxy beside the kubelet)
+#   files()  (optional) copies further files the tool needs into the directory given as $1
+#            before it is published beside the binary (Kueue's CRDs and webhook manifests)
 #
 # and calls `go_tool "$@"`. Prints the bin directory on the last line of stdout (`--print`:
 # without building); progress goes to stderr; skips the build when the binary is cached; fails
@@ -46,7 +49,7 @@ go_tool() {
 
   command -v go >/dev/null || fail "go is not on PATH; install Go 1.26 or newer"
   log "building $name ($what $version) into $bin"
-  log "a cold build takes 1-2 minutes on 2 cores; later runs reuse the cache"
+  log "a cold build takes ${cold:-1-2 minutes} on 2 cores; later runs reuse the cache"
   tmp="$bin.tmp.$$"
   mkdir -p "$tmp"
   # shellcheck disable=SC2064 # the path is fixed now
@@ -64,6 +67,9 @@ go_tool() {
     (cd "$module" && go build -trimpath -ldflags "${ldflags:--s -w}" -o "$tmp/${p##*/}" "$p") \
       || fail "go build of $p ($what $version) in $module"
   done
+  if declare -F files >/dev/null; then
+    files "$tmp" || fail "copying the files that $what needs"
+  fi
   check "$tmp/$name"
   mkdir -p "$bin"
   mv "$tmp"/* "$bin/"

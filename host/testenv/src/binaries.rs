@@ -50,14 +50,9 @@ fn cache_dir() -> Result<PathBuf, Error> {
 }
 
 /// A Go-built tool of the rig: `$env` (the binary or its directory) if set, else `name` in the
-/// cache directory that `hack/testenv/<script> --print` names; `missing` is the error for a path
-/// with no file there.
-pub(crate) fn tool(
-    env: &str,
-    name: &str,
-    script: &str,
-    missing: fn(PathBuf) -> Error,
-) -> Result<PathBuf, Error> {
+/// cache directory that `hack/testenv/<script> --print` names; a path with no file there is
+/// [`Error::MissingTool`], naming the tool as `what`.
+pub(crate) fn tool(env: &str, name: &str, script: &str, what: &str) -> Result<PathBuf, Error> {
     let path = match std::env::var_os(env).map(PathBuf::from) {
         Some(dir) if dir.is_dir() => dir.join(name),
         Some(path) => path,
@@ -66,7 +61,12 @@ pub(crate) fn tool(
     if path.is_file() {
         Ok(path)
     } else {
-        Err(missing(path))
+        Err(Error::MissingTool {
+            tool: what.to_owned(),
+            path,
+            script: script.to_owned(),
+            env: env.to_owned(),
+        })
     }
 }
 

@@ -194,7 +194,5 @@ pub async fn fake_gpu_node(
 /// The kwok binary: `$NEOCLOUD_KWOK_BIN` (the binary or its directory) if set, else `kwok` in
 /// the cache directory that `hack/testenv/build-kwok.sh --print` names for the pinned version.
 pub fn locate() -> Result<PathBuf, Error> {
-    binaries::tool(BIN_ENV, "kwok", "build-kwok.sh", |path| {
-        Error::MissingKwok { path }
-    })
+    binaries::tool(BIN_ENV, "kwok", "build-kwok.sh", "kwok")
 }

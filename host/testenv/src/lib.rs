@@ -22,13 +22,16 @@
 //! (the remote clusters of the `kube` provider's tests): nodes Ready, Pods Running, exit codes and
 //! image pull errors on request, deletions completed, container logs served.
 //!
+//! [`Kueue`] installs Kueue (CRDs, webhooks, the ProvisioningRequest CRD) on a control plane and
+//! runs its manager, for tests of queueing and admission checks.
+//!
 //! [`Docker`] runs Debian's `dockerd` with its own root and socket, without firewall rules or a
 //! bridge, for tests of the runner's container executor.
 //!
 //! The binaries are built from the Go module proxy by `hack/testenv/build.sh`,
-//! `hack/testenv/build-registry.sh`, `hack/testenv/build-otelcol.sh` and
-//! `hack/testenv/build-kwok.sh` (`make testenv`); this crate never builds them. It is for tests
-//! and local runs, not for production clusters.
+//! `hack/testenv/build-registry.sh`, `hack/testenv/build-otelcol.sh`, `hack/testenv/build-kwok.sh`
+//! and `hack/testenv/build-kueue.sh` (`make testenv`); this crate never builds them. It is for
+//! tests and local runs, not for production clusters.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -43,6 +46,7 @@ mod context;
 mod control_plane;
 pub mod docker;
 mod kubeconfig;
+pub mod kueue;
 pub mod kwok;
 pub mod nodes;
 pub mod otelcol;
@@ -60,6 +64,7 @@ pub use components::KUBELET_CLIENT_USER;
 pub use context::{TestContext, shared};
 pub use control_plane::{ControlPlane, Options};
 pub use docker::Docker;
+pub use kueue::Kueue;
 pub use kwok::Kwok;
 pub use otelcol::Collector;
 pub use pki::{CertPair, Pki};
@@ -81,32 +86,30 @@ pub enum Error {
         /// The binaries that are not there.
         missing: String,
     },
-    /// The OCI registry binary has not been built.
+    /// A tool of the rig built from the Go module proxy (the OCI registry, the collector, kwok,
+    /// kueue, the kubelet or kube-proxy) has not been built.
     #[error(
-        "OCI registry binary missing at {path}; build it with `make testenv` \
-         (hack/testenv/build-registry.sh) or set NEOCLOUD_REGISTRY_BIN"
+        "{tool} binary missing at {path}; build it with `make testenv` (hack/testenv/{script}) \
+         or set {env}"
     )]
-    MissingRegistry {
+    MissingTool {
+        /// The tool, as people name it ("OpenTelemetry Collector").
+        tool: String,
         /// The path searched.
         path: PathBuf,
+        /// The script under hack/testenv that builds it.
+        script: String,
+        /// The environment variable that says where it is instead.
+        env: String,
     },
-    /// The OpenTelemetry Collector binary has not been built.
-    #[error(
-        "OpenTelemetry Collector binary missing at {path}; build it with `make testenv` \
-         (hack/testenv/build-otelcol.sh) or set NEOCLOUD_OTELCOL_BIN"
-    )]
-    MissingCollector {
-        /// The path searched.
+    /// A manifest the harness installs (a CRD, a webhook configuration) is unusable or did not
+    /// take effect.
+    #[error("manifest {path}: {message}")]
+    Manifest {
+        /// The file, or the object's name.
         path: PathBuf,
-    },
-    /// The kwok binary has not been built.
-    #[error(
-        "kwok binary missing at {path}; build it with `make testenv` (hack/testenv/build-kwok.sh) \
-         or set NEOCLOUD_KWOK_BIN"
-    )]
-    MissingKwok {
-        /// The path searched.
-        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
     },
     /// Debian's Docker engine is not installed.
     #[error(
@@ -127,15 +130,6 @@ pub enum Error {
         program: String,
         /// The Debian package that has it.
         package: String,
-    },
-    /// The kubelet binary has not been built.
-    #[error(
-        "kubelet binary missing at {path}; build it with `make testenv` \
-         (hack/testenv/build-kubelet.sh) or set NEOCLOUD_KUBELET_BIN"
-    )]
-    MissingKubelet {
-        /// The path searched.
-        path: PathBuf,
     },
     /// A file or process operation failed.
     #[error("failed to {what}: {source}")]

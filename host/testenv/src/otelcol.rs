@@ -399,9 +399,12 @@ fn any_value(value: &Value) -> Value {
 /// `otelcol` in the cache directory that `hack/testenv/build-otelcol.sh --print` names for the
 /// pinned version. It must exist.
 pub fn locate() -> Result<PathBuf, Error> {
-    binaries::tool(BIN_ENV, "otelcol", "build-otelcol.sh", |path| {
-        Error::MissingCollector { path }
-    })
+    binaries::tool(
+        BIN_ENV,
+        "otelcol",
+        "build-otelcol.sh",
+        "OpenTelemetry Collector",
+    )
 }
 
 #[cfg(test)]
@@ -418,8 +421,11 @@ mod tests {
 
     #[test]
     fn a_missing_collector_is_named_with_the_command_that_builds_it() {
-        let err = Error::MissingCollector {
+        let err = Error::MissingTool {
+            tool: "OpenTelemetry Collector".into(),
             path: "/x/otelcol".into(),
+            script: "build-otelcol.sh".into(),
+            env: BIN_ENV.into(),
         };
         let text = err.to_string();
         assert!(text.contains("/x/otelcol"), "{text}");

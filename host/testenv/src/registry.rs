@@ -263,9 +263,7 @@ impl Drop for Registry {
 /// `registry` in the cache directory that `hack/testenv/build-registry.sh --print` names for the
 /// pinned version. It must exist.
 pub fn locate() -> Result<PathBuf, Error> {
-    binaries::tool(BIN_ENV, "registry", "build-registry.sh", |path| {
-        Error::MissingRegistry { path }
-    })
+    binaries::tool(BIN_ENV, "registry", "build-registry.sh", "OCI registry")
 }
 
 /// An error and its causes on one line: reqwest's own message omits the TLS or socket reason.
@@ -292,8 +290,11 @@ mod tests {
 
     #[test]
     fn a_missing_registry_is_named_with_the_command_that_builds_it() {
-        let err = Error::MissingRegistry {
+        let err = Error::MissingTool {
+            tool: "OCI registry".into(),
             path: "/x/registry".into(),
+            script: "build-registry.sh".into(),
+            env: BIN_ENV.into(),
         };
         let text = err.to_string();
         assert!(text.contains("/x/registry"), "{text}");

@@ -98,9 +98,7 @@ fn program(name: &str, package: &str) -> Result<PathBuf, Error> {
 /// The kubelet binary: `$NEOCLOUD_KUBELET_BIN` (the binary or its directory) if set, else
 /// `kubelet` in the cache directory that `hack/testenv/build-kubelet.sh --print` names.
 pub fn locate() -> Result<PathBuf, Error> {
-    binaries::tool(BIN_ENV, "kubelet", "build-kubelet.sh", |path| {
-        Error::MissingKubelet { path }
-    })
+    binaries::tool(BIN_ENV, "kubelet", "build-kubelet.sh", "kubelet")
 }
 
 fn ip(args: &[&str]) -> Result<(), Error> {
@@ -759,8 +757,11 @@ state = "{state}"
         subnet: u8,
     ) -> Result<(), Error> {
         if !kube_proxy.is_file() {
-            return Err(Error::MissingKubelet {
+            return Err(Error::MissingTool {
+                tool: "kube-proxy".into(),
                 path: kube_proxy.to_path_buf(),
+                script: "build-kubelet.sh".into(),
+                env: BIN_ENV.into(),
             });
         }
         self.publish_api_endpoint(cp).await?;
