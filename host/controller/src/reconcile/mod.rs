@@ -36,6 +36,7 @@ mod relays;
 mod release;
 mod rented;
 mod rerent;
+mod runner_workload;
 mod runners;
 mod spend;
 #[cfg(test)]
@@ -61,7 +62,8 @@ pub use attempts::class_reason;
 pub use pod_status::{Container, DesiredPod};
 pub use rebuild::{Rebuilt, rebuild_budget};
 pub use relays::{RELAY_LABEL, Relays, relay_name, tcp_ports};
-pub use runners::{RUNNER_ANNOTATION, RunnerStatus, Runners, container_runner};
+pub use runner_workload::{RUNNER_ANNOTATION, container_runner};
+pub use runners::{RunnerStatus, Runners};
 
 /// The label every binding carries with the name of the node that owns it.
 pub const NODE_LABEL: &str = "cloud.aibrix.ai/node";
@@ -307,18 +309,17 @@ impl Reconciler {
         let mut pod_controller = Controller::for_stream(pod_stream, pod_reader)
             .owns_stream(gone)
             .with_config(config.clone());
-        if let Some(triggers) = self.cfg.runners.as_ref().and_then(|r| r.take_triggers()) {
-            let triggers = futures::stream::unfold(triggers, |mut rx| async move {
-                rx.recv().await.map(|pod| (pod, rx))
-            });
-            pod_controller = pod_controller.reconcile_on(triggers);
+        // Besides its watches, the Pod controller has one source of triggers: a Pod whose turn
+        // came (see `turns`) and a Pod whose runner reported (see `runners`) are sent there.
+        let (trigger, triggered) = tokio::sync::mpsc::unbounded_channel();
+        if let Some(runners) = &self.cfg.runners {
+            runners.connect(trigger.clone());
         }
-        let (turn_tx, turn_rx) = tokio::sync::mpsc::unbounded_channel();
-        self.turns.connect(turn_tx, pod_controller.store());
-        let turned = futures::stream::unfold(turn_rx, |mut rx| async move {
+        self.turns.connect(trigger, pod_controller.store());
+        let triggered = futures::stream::unfold(triggered, |mut rx| async move {
             rx.recv().await.map(|pod| (pod, rx))
         });
-        pod_controller = pod_controller.reconcile_on(turned);
+        pod_controller = pod_controller.reconcile_on(triggered);
         let (binding_reader, binding_writer) = reflector::store();
         let binding_stream = watcher::watcher(bindings, ours)
             .default_backoff()

@@ -10,7 +10,8 @@
 use k8s_openapi::api::core::v1::Pod;
 use neocloud_protocol::{Probe, ProbeAction, Probes};
 
-use super::runners::{Runners, container_runner};
+use super::runner_workload::container_runner;
+use super::runners::Runners;
 
 /// The Pod's probes as its runner runs them; `None` when it has none (or they are refused,
 /// which admission already said).

@@ -34,11 +34,10 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use super::files::{self, PodFiles};
-use super::{Reconciler, env};
+use super::runner_workload::{container_runner, workload};
 use neocloud_protocol::ProbeStatus;
 use neocloud_remote::callback::{
-    CallbackError, CallbackHandle, EnvVar, RegistryLogin, RestartPolicy, RunnerEvent,
-    RunnerEventKind, RunnerState, Termination, Workload,
+    CallbackError, CallbackHandle, RunnerEvent, RunnerEventKind, RunnerState, Termination,
 };
 use neocloud_remote::callback::{UserDataOptions, render_container_start, render_user_data};
 
@@ -107,8 +106,9 @@ pub struct Runners {
     containers: Vec<ProviderId>,
     boot_timeout: Duration,
     state: Mutex<HashMap<String, Entry>>,
-    trigger: mpsc::UnboundedSender<ObjectRef<Pod>>,
-    triggers: Mutex<Option<mpsc::UnboundedReceiver<ObjectRef<Pod>>>>,
+    /// The Pod controller's one trigger, set when it starts (see `Reconciler::run`). Before
+    /// that, a report triggers nothing: the controller's first list reconciles every Pod.
+    trigger: Mutex<Option<mpsc::UnboundedSender<ObjectRef<Pod>>>>,
 }
 
 impl std::fmt::Debug for Runners {
@@ -136,7 +136,6 @@ impl Runners {
         containers: Vec<ProviderId>,
         boot_timeout: Duration,
     ) -> Arc<Runners> {
-        let (trigger, triggers) = mpsc::unbounded_channel();
         Arc::new(Runners {
             handle,
             callback_url: callback_url.into(),
@@ -146,8 +145,7 @@ impl Runners {
             containers,
             boot_timeout,
             state: Mutex::new(HashMap::new()),
-            trigger,
-            triggers: Mutex::new(Some(triggers)),
+            trigger: Mutex::new(None),
         })
     }
 
@@ -366,9 +364,9 @@ impl Runners {
         }
     }
 
-    /// The Pods to reconcile because their runner reported; taken once, by the controller.
-    pub(super) fn take_triggers(&self) -> Option<mpsc::UnboundedReceiver<ObjectRef<Pod>>> {
-        self.triggers.lock().take()
+    /// Sends the Pods whose runner reported to `trigger`, the Pod controller's.
+    pub(super) fn connect(&self, trigger: mpsc::UnboundedSender<ObjectRef<Pod>>) {
+        *self.trigger.lock() = Some(trigger);
     }
 
     /// Applies the callback server's events until the channel closes.
@@ -422,7 +420,9 @@ impl Runners {
             entry.pod.clone()
         };
         tracing::info!(pod = %pod, ?status, "runner reported");
-        let _ = self.trigger.send(pod);
+        if let Some(trigger) = self.trigger.lock().as_ref() {
+            let _ = trigger.send(pod);
+        }
     }
 }
 
@@ -453,117 +453,6 @@ fn record_probes(entry: &mut Entry, report: &neocloud_protocol::StatusReport) {
         }
         None if report.state == RunnerState::Running => {}
         None => entry.probes = None,
-    }
-}
-
-/// Whether a container provider can run `pod` through the runner: its container names a
-/// command (the runner must know what to run; the image's entrypoint is not known here) and it
-/// has not opted out with `cloud.aibrix.ai/runner: "false"`.
-pub fn container_runner(pod: &Pod) -> bool {
-    let opted_out = pod
-        .annotations()
-        .get(RUNNER_ANNOTATION)
-        .is_some_and(|v| v.trim() == "false");
-    let command = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.first())
-        .and_then(|c| c.command.as_ref())
-        .is_some_and(|c| !c.is_empty());
-    command && !opted_out
-}
-
-/// The annotation that opts a Pod out of the runner on container providers.
-pub const RUNNER_ANNOTATION: &str = "cloud.aibrix.ai/runner";
-
-/// What the runner fetches: the workload with its environment, files and registry login
-/// resolved, and the Pod's restart policy and probes (the callback gives them only to runners
-/// that restart in place and run probes). The login reaches the runner only this way, over its
-/// authenticated connection, never in `user_data`.
-fn workload(
-    pod: &Pod,
-    w: &WorkloadSpec,
-    env: &[(String, String)],
-    files: &PodFiles,
-    login: Option<&RegistryCredential>,
-) -> Workload {
-    let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
-    Workload {
-        restart_policy: RestartPolicy::from_pod(policy),
-        image: w.image.clone(),
-        command: w.command.clone(),
-        args: w.args.clone(),
-        env: env
-            .iter()
-            .map(|(name, value)| EnvVar {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect(),
-        working_dir: None,
-        files: files.files.clone(),
-        probes: super::probes::for_runner(pod),
-        egress: super::egress::for_runner(pod),
-        registry_login: login.map(|l| RegistryLogin {
-            server: l.server.clone(),
-            username: l.username.clone(),
-            password: l.password.clone(),
-        }),
-    }
-}
-
-impl Reconciler {
-    /// What the runner of a Pod placed on `provider` last reported, adopting it first (as rental
-    /// `rental`, the binding's `status.runnerRental`) if this process has not followed it yet (a
-    /// restart or a leader change). `None` when the provider runs no runner, or when adopting
-    /// failed (the Pod's environment could not be resolved; it is tried again at the next
-    /// reconcile).
-    pub(super) async fn runner_status(
-        &self,
-        pod: &Pod,
-        provider: Option<ProviderId>,
-        rental: Option<u64>,
-    ) -> Option<RunnerStatus> {
-        let runners = self.cfg.runners.as_ref()?;
-        if !provider.is_some_and(|p| runners.runs(p, pod)) {
-            return None;
-        }
-        let uid = pod.uid().unwrap_or_default();
-        if !runners.follows(&uid) {
-            let w = match self.workload(pod) {
-                Ok((w, _)) => w,
-                Err(e) => {
-                    tracing::warn!(pod = %ObjectRef::from_obj(pod), error = %e, "runner: cannot adopt");
-                    return None;
-                }
-            };
-            let namespace = pod.namespace().unwrap_or_default();
-            let env = match env::resolve(&self.client, &namespace, &w).await {
-                Ok(env) => env,
-                Err(e) => {
-                    tracing::warn!(pod = %ObjectRef::from_obj(pod), error = %e, "runner: cannot adopt");
-                    return None;
-                }
-            };
-            let login = match super::pull_secrets::resolve(&self.client, pod, &w.image).await {
-                Ok(login) => login,
-                Err(e) => {
-                    tracing::warn!(pod = %ObjectRef::from_obj(pod), error = %e, "runner: cannot adopt");
-                    return None;
-                }
-            };
-            match files::resolve_pod(&self.client, pod).await {
-                Ok(files) => {
-                    let rental = rental.unwrap_or(0);
-                    runners.adopt(pod, rental, &w, &env, &files, login.as_ref());
-                }
-                Err(e) => {
-                    tracing::warn!(pod = %ObjectRef::from_obj(pod), error = %e, "runner: cannot adopt");
-                    return None;
-                }
-            }
-        }
-        runners.status(&uid)
     }
 }
 
