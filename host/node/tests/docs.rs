@@ -2,7 +2,8 @@
 //! newcomer reads it whole) and names every metric the node exports and every annotation a Pod
 //! may carry, and no relative link in any page points at a file that is not there.
 //!
-//! Not the guides' commands: docs/POLICIES.md is run as written by `policy_guide.rs`. The
+//! Not the guides' commands: docs/POLICIES.md is run as written by `policy_guide.rs`, and every
+//! other shell block is checked against the tree by `doc_commands.rs`. The
 //! configuration reference is generated from the config types, and examples/node.yaml sets every
 //! setting it names.
 
