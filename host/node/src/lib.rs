@@ -18,4 +18,7 @@ pub mod telemetry;
 pub mod vnode;
 
 // The servers remote workloads talk to live in their own crate; these paths stay for callers.
-pub use neocloud_remote::{callback, kubelet, tls};
+pub use {
+    neocloud_kubelet as kubelet,
+    neocloud_remote::{callback, tls},
+};

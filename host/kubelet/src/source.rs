@@ -13,11 +13,11 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
+use neocloud_remote::callback::{CallbackError, CallbackHandle, LogOptions, SessionIo};
 
 use neocloud_protocol::session::SessionRequest;
 
 use super::slots::{DEFAULT_MAX_SESSIONS_PER_POD, PodSessions};
-use crate::callback::{CallbackError, CallbackHandle, LogOptions, SessionIo};
 
 /// A Pod as the kubelet API names it: `/containerLogs/{namespace}/{name}/{container}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
