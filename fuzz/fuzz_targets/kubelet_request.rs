@@ -12,8 +12,8 @@ use axum::extract::Query;
 use chrono::{DateTime, Utc};
 use http::Uri;
 use libfuzzer_sys::fuzz_target;
-use neocloud_remote::kubelet::RequestError;
-use neocloud_remote::kubelet::request::{parse_path, parse_query};
+use neocloud_kubelet::RequestError;
+use neocloud_kubelet::request::{parse_path, parse_query};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(uri) = Uri::try_from(data) else {

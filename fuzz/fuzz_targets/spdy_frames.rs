@@ -1,4 +1,4 @@
-//! The kubelet API's SPDY/3 frame codec (`neocloud_remote::kubelet::spdy::frame`), as a hostile
+//! The kubelet API's SPDY/3 frame codec (`neocloud_kubelet::spdy::frame`), as a hostile
 //! client reaches it through the API server with `pods/exec`: frames off the wire, their zlib
 //! header blocks, and the name/value blocks inside.
 //!
@@ -17,7 +17,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use neocloud_remote::kubelet::spdy::frame::{
+use neocloud_kubelet::spdy::frame::{
     self, Deflater, Frame, Headers, Inflater, MAX_CONTROL_LEN, MAX_DATA_FRAME, MAX_HEADER_BLOCK,
     MAX_HEADER_BYTES, MAX_HEADER_PAIRS,
 };

@@ -15,11 +15,11 @@ use neocloud_core::{
 };
 use neocloud_kube_target::config::validate;
 use neocloud_kube_target::{KubeTarget, KubeconfigSource, RemoteCluster};
-use neocloud_providers::{CreateRequest, LogRequest, Provider};
-use neocloud_remote::callback::LogOptions;
-use neocloud_remote::kubelet::{
+use neocloud_kubelet::{
     KubeAccessReview, KubeletConfig, KubeletServer, LogError, LogSource, PodRef,
 };
+use neocloud_providers::{CreateRequest, LogRequest, Provider};
+use neocloud_remote::callback::LogOptions;
 use neocloud_remote::tls::TlsMaterial;
 use neocloud_testenv::TestContext;
 use neocloud_testenv::nodes::ready_node;
@@ -386,7 +386,7 @@ async fn a_pod_the_remote_scheduler_refuses_fails_for_capacity_and_leaves_nothin
         .unwrap();
 }
 
-/// The remote node's kubelet, for logs: the kubelet API server of `neocloud-remote` (the one the
+/// The remote node's kubelet, for logs: the kubelet API server of `neocloud-kubelet` (the one the
 /// node itself serves) with a log source that answers a fixed text and records what it was
 /// asked. The remote API server reaches it with its kubelet client certificate.
 #[derive(Default)]

@@ -19,4 +19,7 @@ pub use neocloud_controller::{egress, naming, reconcile, runtime};
 pub use neocloud_telemetry::{metrics, telemetry};
 
 // The servers remote workloads talk to live in their own crate; these paths stay for callers.
-pub use neocloud_remote::{callback, kubelet, tls};
+pub use {
+    neocloud_kubelet as kubelet,
+    neocloud_remote::{callback, tls},
+};

@@ -41,6 +41,19 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "neocloud-providers",
             "neocloud-cloudsim",
             "neocloud-node",
+            "neocloud-kubelet",
+        ],
+    ),
+    // The kubelet API and the relays: on top of the callback (neocloud-remote), under the node.
+    (
+        "neocloud-kubelet",
+        &[
+            "wasmtime",
+            "neocloud-policy",
+            "neocloud-broker",
+            "neocloud-providers",
+            "neocloud-cloudsim",
+            "neocloud-node",
         ],
     ),
     (
@@ -94,6 +107,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "neocloud-burst-policy",
             "neocloud-remote",
             "neocloud-kube-target",
+            "neocloud-kubelet",
             "neocloud-oci",
         ],
     ),
@@ -104,6 +118,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "neocloud-node",
             "neocloud-controller",
             "neocloud-remote",
+            "neocloud-kubelet",
             "neocloud-kube-target",
         ],
     ),
@@ -246,6 +261,7 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         ("neocloud-node", "neocloud-testenv"),
         ("neocloud-api", "neocloud-node"),
         ("neocloud-controller", "neocloud-node"),
+        ("neocloud-remote", "neocloud-kubelet"),
     ];
     let mut graph = Graph::new();
     for (from, to) in edges {
@@ -268,6 +284,7 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         "neocloud-providers",
         "neocloud-fixtures",
         "neocloud-remote",
+        "neocloud-kubelet",
         "neocloud-oci",
         "neocloud-kube-target",
         "neocloud-replay",
@@ -325,11 +342,19 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         ),
         "{broken:#?}"
     );
+    // The callback may not reach back up to the kubelet API built on it.
+    assert!(
+        broken.contains(
+            &"neocloud-remote may not depend on neocloud-kubelet: neocloud-remote -> neocloud-kubelet"
+                .to_string()
+        ),
+        "{broken:#?}"
+    );
     assert!(
         broken.contains(&"neocloud-controller may not depend on neocloud-testenv: neocloud-controller -> neocloud-node -> neocloud-testenv".to_string()),
         "{broken:#?}"
     );
-    assert_eq!(broken.len(), 8, "{broken:#?}");
+    assert_eq!(broken.len(), 9, "{broken:#?}");
 }
 
 /// The lines of the TOML sections whose headers start with `prefix`, without blanks and

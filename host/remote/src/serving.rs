@@ -7,7 +7,7 @@
 mod connections;
 
 pub use connections::ServeLimits;
-pub(crate) use connections::{ConnectionSlot, Tasks, serve};
+pub use connections::{ConnectionSlot, Tasks, serve};
 
 use futures::future::select_all;
 use tokio::task::JoinHandle;
@@ -25,7 +25,7 @@ pub struct ServerStopped {
 }
 
 /// Waits until the first of `tasks` ends and says how. Never returns for an empty list.
-pub(crate) async fn first_to_end(
+pub async fn first_to_end(
     server: &'static str,
     tasks: Vec<(&'static str, &mut JoinHandle<()>)>,
 ) -> ServerStopped {

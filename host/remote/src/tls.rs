@@ -111,10 +111,7 @@ impl TlsMaterial {
     /// A server configuration for HTTP/1.1. With `client_ca` (PEM, one or more certificates),
     /// a client certificate is optional but, when presented, must chain to one of them or the
     /// handshake fails; without it, no client certificate is asked for.
-    pub(crate) fn server_config(
-        &self,
-        client_ca: Option<&str>,
-    ) -> Result<Arc<ServerConfig>, TlsError> {
+    pub fn server_config(&self, client_ca: Option<&str>) -> Result<Arc<ServerConfig>, TlsError> {
         let certs = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| TlsError::Material(format!("failed to parse the certificate: {e}")))?;
@@ -276,9 +273,11 @@ impl Listener for TlsListener {
 }
 
 /// A TLS client of `addr` that trusts only the certificate `cert_pem` and expects the name
-/// `127.0.0.1`, as the tests' servers present it.
-#[cfg(test)]
-pub(crate) async fn test_connect(
+/// `127.0.0.1`, as the tests' servers present it. For tests only: the kubelet API's tests reach
+/// it through the `test-util` feature.
+#[cfg(any(test, feature = "test-util"))]
+#[doc(hidden)]
+pub async fn test_connect(
     addr: SocketAddr,
     cert_pem: &str,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {

@@ -1,5 +1,5 @@
 //! A cluster address for each burst Pod that declares TCP `containerPort`s: its relay Pod (see
-//! `neocloud_remote::relay`), made on a real node of the cluster while the burst Pod runs,
+//! `neocloud_kubelet::relay`), made on a real node of the cluster while the burst Pod runs,
 //! owned by it, running the node's own image unprivileged, with a Secret holding its token and
 //! how to reach the node. The relay Pod's IP is the burst Pod's `podIP`, and the burst Pod is
 //! `Ready` only while its relay is.
@@ -14,7 +14,7 @@
 //!   address and certificate into the Secret, which running relays read for each connection.
 //! - UDP and SCTP ports are refused with the field named: only TCP is carried.
 //!
-//! Not the relay process or the node's route (`neocloud_remote::relay`, `::kubelet`).
+//! Not the relay process or the node's route (`neocloud_kubelet::relay`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,9 +24,9 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector;
 use kube::{Api, ResourceExt};
-use neocloud_remote::kubelet::PodRef;
-use neocloud_remote::relay::client::{CERT_FILE, NODE_FILE, TOKEN_FILE};
-use neocloud_remote::relay::{MAX_PORTS, RelayGrant, RelayTable};
+use neocloud_kubelet::PodRef;
+use neocloud_kubelet::relay::client::{CERT_FILE, NODE_FILE, TOKEN_FILE};
+use neocloud_kubelet::relay::{MAX_PORTS, RelayGrant, RelayTable};
 use serde_json::json;
 
 use super::pods::ignore_gone;

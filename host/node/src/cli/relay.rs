@@ -1,10 +1,10 @@
 //! `neocloud-node relay`: the process of a burst Pod's relay Pod (see
-//! `neocloud_remote::relay`). The node writes its arguments into the relay Pod it makes; the
+//! `neocloud_kubelet::relay`). The node writes its arguments into the relay Pod it makes; the
 //! rest (token, the node's address and certificate) is read from the mounted Secret.
 
 use std::path::PathBuf;
 
-use neocloud_remote::relay::client::{self, RelayConfig};
+use neocloud_kubelet::relay::client::{self, RelayConfig};
 
 /// `neocloud-node relay` arguments.
 #[derive(Debug, clap::Args)]

@@ -249,7 +249,7 @@ impl KubeletApiSettings {
         reconciler: &Arc<Reconciler>,
         runners: Option<&Arc<Runners>>,
         tls: &TlsMaterial,
-        relays: Option<Arc<neocloud_remote::relay::RelayTable>>,
+        relays: Option<Arc<neocloud_kubelet::relay::RelayTable>>,
     ) -> anyhow::Result<KubeletServer> {
         let mut config = KubeletConfig::for_node(&node.name, node.kubelet_port);
         let host: std::net::IpAddr = self.listen_host.parse()?;

@@ -14,8 +14,8 @@
 //! tokio-util's `LinesCodec`, linear in the body's size and bounded at [`MAX_LOG_RECORD`] bytes
 //! a line.
 //!
-//! Not the HTTP of either side: the callback server appends, the kubelet API
-//! ([`crate::kubelet`]) reads.
+//! Not the HTTP of either side: the callback server appends, the kubelet API (the
+//! `neocloud-kubelet` crate) reads.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

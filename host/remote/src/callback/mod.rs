@@ -1,8 +1,10 @@
-//! The runner callback: how a VM rented without a container runtime of ours (Lambda Cloud) gets
-//! its workload and reports back. The node [`register`](CallbackHandle::register)s a binding's
+//! The runner callback: how the runner on a rented machine gets its workload and reports back,
+//! on every cloud (started by the VM's `user_data` on Lambda Cloud, by the container's start
+//! command on RunPod and Vast.ai). The node [`register`](CallbackHandle::register)s a binding's
 //! [`Workload`] and gets a one-time bootstrap token to put in the VM's `user_data`
-//! ([`render_user_data`]); the runner on the VM exchanges it over TLS for a
-//! short-lived session, fetches the workload, reports its state, heartbeats and streams logs.
+//! ([`render_user_data`]) or the container's environment ([`render_container_start`]); the
+//! runner exchanges it over TLS for a short-lived session, fetches the workload, reports its
+//! state, heartbeats and usage, and streams logs.
 //! The node learns what happened from a channel of [`RunnerEvent`]s and reads logs with
 //! [`CallbackHandle::read_logs`].
 //!
@@ -26,7 +28,8 @@
 //!
 //! Not the reconciler: deciding what a `Lost` or `Exited` binding means for its Pod is the
 //! node's job. Not the runner itself (the `neocloud-runner` crate) nor the JSON shapes it shares
-//! with this server (the `neocloud-protocol` crate, re-exported here).
+//! with this server (the `neocloud-protocol` crate, re-exported here), nor the kubelet API that
+//! reads these logs and opens these sessions for `kubectl` (the `neocloud-kubelet` crate).
 
 pub mod credential;
 pub mod egress;

@@ -6,7 +6,7 @@
 //! failed when the binding is unregistered, its rental replaced, or its runner exits.
 //!
 //! Not the frames spoken on a session (`neocloud_protocol::session`) nor what the kubelet API
-//! makes of them (`crate::kubelet`).
+//! makes of them (the `neocloud-kubelet` crate).
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -273,7 +273,7 @@ impl Drop for Offered<'_> {
 }
 
 /// `io`, holding `guard` (a session's place under a cap) until the stream is dropped.
-pub(crate) fn holding<G: Send + Unpin + 'static>(io: SessionIo, guard: G) -> SessionIo {
+pub fn holding<G: Send + Unpin + 'static>(io: SessionIo, guard: G) -> SessionIo {
     Box::new(Holding { io, _guard: guard })
 }
 

@@ -61,12 +61,12 @@ impl Default for ServeLimits {
 /// A connection's place under [`ServeLimits::max_connections`], in every request's extensions:
 /// a handler that takes the connection over (an upgrade) keeps it for as long as it serves.
 #[derive(Debug, Clone)]
-pub(crate) struct ConnectionSlot(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
+pub struct ConnectionSlot(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
 
 /// Serves `router` on the connections of `listener` within `limits` until `stop` turns true;
 /// each request carries `ConnectInfo(connect_info(stream, peer))` and the [`ConnectionSlot`].
 /// Connections run as `tasks`: on `stop` they finish the request in flight and close.
-pub(crate) async fn serve<C>(
+pub async fn serve<C>(
     mut listener: TlsListener,
     router: Router,
     limits: ServeLimits,
@@ -183,7 +183,7 @@ impl hyper::body::Body for Deadline {
 /// Tasks a server started, ended together: [`Tasks::stop`] drops every one at its next poll,
 /// [`Tasks::wait`] returns once none runs. A task spawned after `stop` does not run.
 #[derive(Debug, Clone)]
-pub(crate) struct Tasks(Arc<TasksInner>);
+pub struct Tasks(Arc<TasksInner>);
 
 #[derive(Debug)]
 struct TasksInner {
@@ -215,7 +215,7 @@ impl Default for Tasks {
 
 impl Tasks {
     /// Runs `task` until it ends or [`Tasks::stop`].
-    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
         let mut stop = self.0.stop.subscribe();
         if *stop.borrow() {
             return;
@@ -232,17 +232,17 @@ impl Tasks {
     }
 
     /// Ends every task at its next poll, and refuses new ones.
-    pub(crate) fn stop(&self) {
+    pub fn stop(&self) {
         self.0.stop.send_replace(true);
     }
 
     /// How many tasks run.
-    pub(crate) fn running(&self) -> usize {
+    pub fn running(&self) -> usize {
         self.0.running.load(Ordering::SeqCst)
     }
 
     /// Returns once no task runs.
-    pub(crate) async fn wait(&self) {
+    pub async fn wait(&self) {
         loop {
             let idle = self.0.idle.notified();
             tokio::pin!(idle);
@@ -256,7 +256,7 @@ impl Tasks {
 
     /// Waits up to `grace` for the tasks to end by themselves, then stops the rest and waits
     /// for them to go.
-    pub(crate) async fn shut_down(&self, grace: Duration) {
+    pub async fn shut_down(&self, grace: Duration) {
         if tokio::time::timeout(grace, self.wait()).await.is_err() {
             tracing::debug!(running = self.running(), "cutting the tasks still running");
         }

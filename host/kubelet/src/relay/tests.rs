@@ -8,17 +8,17 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{SinkExt, StreamExt};
+use neocloud_remote::callback::{LogOptions, SessionIo};
+use neocloud_remote::tls::{TlsMaterial, test_connect};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::client::{self, RelayConfig};
 use super::{RELAY_UPGRADE, RelayGrant, RelayTable};
-use crate::callback::{LogOptions, SessionIo};
-use crate::kubelet::{
+use crate::{
     AccessReview, Decision, KubeletConfig, KubeletServer, LogError, LogSource, PodRef, ReviewError,
     UserInfo,
 };
-use crate::tls::{TlsMaterial, test_connect};
 use neocloud_protocol::session::{Frame, SessionRequest, split_frames};
 
 /// Nobody: the relay route must not need the cluster's authentication.

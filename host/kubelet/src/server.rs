@@ -5,9 +5,10 @@
 //!
 //! `/exec`, `/attach` and `/portForward` upgrade to SPDY and are served by [`super::streams`];
 //! they need `create` on `nodes/proxy` whatever the HTTP method ([`proxy_verb`]).
-//! Connections are served within the configured [`ServeLimits`](crate::serving::ServeLimits);
-//! an upgraded connection keeps its place under the connection cap until its SPDY session ends,
-//! and every SPDY session is a tracked task that shutdown ends.
+//! Connections are served within the configured
+//! [`ServeLimits`](neocloud_remote::serving::ServeLimits); an upgraded connection keeps its place
+//! under the connection cap until its SPDY session ends, and every SPDY session is a tracked task
+//! that shutdown ends.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -22,6 +23,8 @@ use axum::response::Response;
 use axum::routing::get;
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use neocloud_remote::serving::{ConnectionSlot, ServerStopped, Tasks, first_to_end};
+use neocloud_remote::tls::{TlsListener, TlsMaterial};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -33,8 +36,6 @@ use super::source::LogSource;
 use super::spdy::{self, Connection};
 use super::streams::{self, ExecOptions, StreamTarget};
 use super::{KubeletConfig, KubeletError, x509};
-use crate::serving::{ConnectionSlot, ServerStopped, Tasks, first_to_end};
-use crate::tls::{TlsListener, TlsMaterial};
 use neocloud_protocol::session::SessionRequest;
 
 /// How long [`KubeletServer::shutdown`] lets open log streams finish before cutting them.
@@ -114,7 +115,7 @@ impl KubeletServer {
             relays: config.relays.clone(),
         });
         let (stop, stopped) = watch::channel(false);
-        let serve = crate::serving::serve(
+        let serve = neocloud_remote::serving::serve(
             listener,
             routes(app),
             config.serve,
@@ -174,7 +175,7 @@ fn routes(app: Arc<App>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/stats/summary", get(stats_summary))
         .route("/metrics/resource", get(metrics_resource))
-        .route("/relay/{uid}/{port}", get(super::relay::relay))
+        .route("/relay/{uid}/{port}", get(crate::relay::route::relay))
         .fallback(container_logs)
         .with_state(app)
 }
@@ -371,7 +372,7 @@ impl App {
                 if let Err(e) = self.source.check_session(&pod, Some(&container), "attach") {
                     return streams::refused(e.stream_status(), &e.to_string());
                 }
-                let follow = crate::callback::LogOptions {
+                let follow = neocloud_remote::callback::LogOptions {
                     follow: true,
                     tail_lines: Some(0),
                     ..Default::default()

@@ -3,13 +3,13 @@
 
 use bytes::BytesMut;
 use neocloud_protocol::session::{ExitStatus, Frame, FrameCodec};
+use neocloud_remote::callback::SessionIo;
 use tokio::io::AsyncWriteExt;
 use tokio_util::codec::Encoder;
 
 use super::super::ExecOptions;
 use super::{Opening, serve_exec};
-use crate::callback::SessionIo;
-use crate::kubelet::spdy::test_client::{self, Client, syn_stream};
+use crate::spdy::test_client::{self, Client, syn_stream};
 
 const ERROR: u32 = 1;
 const STDOUT: u32 = 3;

@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{SinkExt, StreamExt};
 use neocloud_protocol::session::{ExitStatus, Frame, FrameWriter, TerminalSize, split_frames};
+use neocloud_remote::callback::SessionIo;
 use serde_json::json;
 use tokio::io::WriteHalf;
 use tokio::sync::Mutex;
@@ -19,7 +20,6 @@ use tokio::task::JoinSet;
 use super::super::source::LogError;
 use super::super::spdy::{Connection, StreamReader, StreamWriter};
 use super::{ExecOptions, STREAM_CREATION_TIMEOUT};
-use crate::callback::SessionIo;
 
 /// The streams of one exec or attach, as the client opened them.
 #[derive(Default)]

@@ -202,7 +202,7 @@ mod tests {
     use super::super::super::source::LogError;
     use super::super::super::spdy::frame::{self, Deflater, Frame, Inflater, status};
     use super::*;
-    use crate::callback::LogOptions;
+    use neocloud_remote::callback::LogOptions;
 
     /// A Pod nothing is ever forwarded to: no pair here completes.
     struct Nowhere;

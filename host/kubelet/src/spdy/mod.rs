@@ -8,7 +8,7 @@
 //!
 //! ```no_run
 //! # async fn demo(io: tokio::io::DuplexStream) -> std::io::Result<()> {
-//! use neocloud_remote::kubelet::spdy::Connection;
+//! use neocloud_kubelet::spdy::Connection;
 //!
 //! let mut conn = Connection::new(io);
 //! while let Some(stream) = conn.accept().await {
@@ -30,7 +30,7 @@
 //! ```
 //!
 //! Not the HTTP upgrade, nor what the streams mean (exec's stdin/stdout/error/resize, a
-//! port-forward's data/error pairs): the kubelet handlers do that on top of [`Stream`](crate::kubelet::spdy::Stream)s.
+//! port-forward's data/error pairs): the kubelet handlers do that on top of [`Stream`](crate::spdy::Stream)s.
 //!
 //! A client reaches this through the API server with nothing more than `pods/exec` (or
 //! `pods/portforward`), so everything a connection holds is bounded, whatever the client sends:

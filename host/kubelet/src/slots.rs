@@ -9,11 +9,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use neocloud_remote::callback::SessionIo;
+use neocloud_remote::callback::sessions::holding;
 use parking_lot::Mutex;
 
 use super::source::PodRef;
-use crate::callback::SessionIo;
-use crate::callback::sessions::holding;
 
 /// Sessions per Pod unless configured otherwise: the runner callback's default per binding.
 pub const DEFAULT_MAX_SESSIONS_PER_POD: usize = 16;

@@ -3,23 +3,25 @@
 //! (`daemonEndpoints.kubeletEndpoint`, 10250 by default) that serves
 //! `GET /containerLogs/{namespace}/{pod}/{container}` with the kubelet's query parameters,
 //! `/exec`, `/attach` and `/portForward` over SPDY (`streams`, [`spdy`]), `/stats/summary`,
-//! `/metrics/resource` and `GET /healthz`.
+//! `/metrics/resource` and `GET /healthz`; and the relays of burst Pods ([`relay`]), whose
+//! connections from the cluster network it takes at `GET /relay/{uid}/{port}`.
 //!
 //! Callers authenticate as a kubelet's do: with a client certificate that chains to
 //! [`KubeletConfig::client_ca_pem`] (the API server's `--kubelet-client-certificate`), or with a
 //! bearer token the API server accepts in a TokenReview. They are then authorized by a
 //! SubjectAccessReview for the node's `proxy` subresource: the HTTP method's verb for logs,
-//! `create` for `/exec`, `/attach` and `/portForward` whatever the method. Logs come from a [`LogSource`];
-//! [`CallbackLogSource`] reads those the runner callback holds.
+//! `create` for `/exec`, `/attach` and `/portForward` whatever the method. Logs come from a
+//! [`LogSource`]; [`CallbackLogSource`] reads those the runner callback (`neocloud-remote`)
+//! holds.
 //!
 //! ```no_run
 //! # async fn demo(
 //! #     client: kube::Client,
-//! #     source: std::sync::Arc<dyn neocloud_remote::kubelet::LogSource>,
-//! # ) -> Result<(), neocloud_remote::kubelet::KubeletError> {
+//! #     source: std::sync::Arc<dyn neocloud_kubelet::LogSource>,
+//! # ) -> Result<(), neocloud_kubelet::KubeletError> {
 //! use std::sync::Arc;
 //! use neocloud_remote::callback::TlsMaterial;
-//! use neocloud_remote::kubelet::{KubeAccessReview, KubeletConfig, KubeletServer};
+//! use neocloud_kubelet::{KubeAccessReview, KubeletConfig, KubeletServer};
 //!
 //! let config = KubeletConfig::for_node("gpu-burst", 10250)
 //!     .with_client_ca_file("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt".as_ref())?;
@@ -32,10 +34,12 @@
 //! ```
 //!
 //! Not the Node object (the node crate's `vnode`) and not where a Pod's provider is decided: the
-//! reconciler knows that and hands it over through the [`PodLookup`].
+//! reconciler knows that and hands it over through the [`PodLookup`]. Not the runner callback,
+//! the listener's TLS or its bounds either: those are `neocloud-remote`'s, shared with the
+//! callback server.
 
 mod auth;
-mod relay;
+pub mod relay;
 /// The parsing of a log request, public only for the fuzz targets in `fuzz/`.
 #[doc(hidden)]
 pub mod request;
@@ -61,7 +65,7 @@ pub use source::{
     PodPlacement, PodRef, PodUsage, ProviderLogs, ProviderSessions,
 };
 
-use crate::tls::TlsError;
+use neocloud_remote::tls::TlsError;
 
 /// The kubelet API port unless configured otherwise.
 pub const DEFAULT_PORT: u16 = 10250;
@@ -82,7 +86,7 @@ pub struct KubeletConfig {
     /// are not remembered.
     pub auth_cache_ttl: Duration,
     /// The listener's bounds: open connections, header and body timeouts.
-    pub serve: crate::serving::ServeLimits,
+    pub serve: neocloud_remote::serving::ServeLimits,
     /// Each SPDY connection's bounds (exec, attach, port-forward): open streams, idle timeout.
     pub streams: spdy::Limits,
     /// The relays of burst Pods served at `/relay/{uid}/{port}`; `None`: none.
@@ -97,7 +101,7 @@ impl KubeletConfig {
             node_name: node_name.into(),
             client_ca_pem: None,
             auth_cache_ttl: Duration::from_secs(30),
-            serve: crate::serving::ServeLimits::default(),
+            serve: neocloud_remote::serving::ServeLimits::default(),
             streams: spdy::Limits::default(),
             relays: None,
         }

@@ -9,10 +9,12 @@
 //! - [`client`]: the relay process (`neocloud-node relay`): listeners, the TLS dial to the node
 //!   with the node's certificate pinned, the upgrade, the copy.
 //!
-//! The route itself is served by the kubelet API (`crate::kubelet`). Not the relay Pod's
-//! manifest or its lifecycle: the node's reconciler owns those.
+//! - `route`: the kubelet API's route that takes a relay's connections.
+//!
+//! Not the relay Pod's manifest or its lifecycle: the node's reconciler owns those.
 
 pub mod client;
+pub(crate) mod route;
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -20,7 +22,7 @@ use parking_lot::RwLock;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::kubelet::PodRef;
+use crate::PodRef;
 
 /// The `Upgrade` token of a relay connection.
 pub const RELAY_UPGRADE: &str = "neocloud-relay/1";

@@ -1,16 +1,16 @@
 //! What a `/containerLogs` request asks for: the Pod and container from the path, and the
 //! kubelet's query parameters (`follow`, `tailLines`, `limitBytes`, `sinceSeconds`, `sinceTime`,
-//! `timestamps`, `previous`, `stream`) as [`LogOptions`](crate::callback::LogOptions), validated as the kubelet validates
-//! `PodLogOptions`, and every number also against an upper bound (the kubelet has none), so that
-//! no value can overflow where it is used. Parameters it does not know are ignored, as the
-//! kubelet does.
+//! `timestamps`, `previous`, `stream`) as [`LogOptions`](neocloud_remote::callback::LogOptions),
+//! validated as the kubelet validates `PodLogOptions`, and every number also against an upper
+//! bound (the kubelet has none), so that no value can overflow where it is used. Parameters it
+//! does not know are ignored, as the kubelet does.
 //!
 //! Not HTTP: the server turns a [`RequestError`] into a 400 (or a 404 for an unknown path).
 
 use chrono::{DateTime, Utc};
+use neocloud_remote::callback::LogOptions;
 
 use super::source::PodRef;
-use crate::callback::LogOptions;
 
 /// The path prefix of the log endpoint.
 pub(crate) const CONTAINER_LOGS: &str = "/containerLogs/";

@@ -4,8 +4,8 @@
 //! The tests run one at a time (they share the process's heap).
 
 use bytes::BytesMut;
-use neocloud_remote::kubelet::spdy::frame::{self, Deflater, Frame, Inflater, status};
-use neocloud_remote::kubelet::spdy::{Connection, Limits, Stream};
+use neocloud_kubelet::spdy::frame::{self, Deflater, Frame, Inflater, status};
+use neocloud_kubelet::spdy::{Connection, Limits, Stream};
 use peak_alloc::PeakAlloc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf};
 

@@ -1,3 +1,6 @@
+use std::sync::Arc;
+
+use axum::http::StatusCode;
 use futures::StreamExt;
 
 use super::*;

@@ -6,6 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use futures::stream::BoxStream;
+use neocloud_remote::callback::{LogOptions, SessionIo};
+use neocloud_remote::tls::{TlsMaterial, test_connect};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
@@ -13,8 +15,6 @@ use super::super::auth::{AccessReview, Decision, ReviewError, UserInfo};
 use super::super::source::{LogError, LogSource, PodRef};
 use super::super::spdy::frame::{self, Deflater, Frame, Inflater};
 use super::super::{KubeletConfig, KubeletServer};
-use crate::callback::{LogOptions, SessionIo};
-use crate::tls::{TlsMaterial, test_connect};
 use neocloud_protocol::session::SessionRequest;
 
 /// Any token is alice's, and alice may do anything.

@@ -1,5 +1,5 @@
 //! `GET /relay/{uid}/{port}` upgraded to [`RELAY_UPGRADE`]: a relay Pod carrying one connection
-//! to a burst Pod's port (see [`crate::relay`]). The relay authenticates with its own bearer
+//! to a burst Pod's port (see [`super`]). The relay authenticates with its own bearer
 //! token, not the cluster's: the [`RelayTable`] admits it for its own Pod's declared ports only.
 //! The node opens a port-forward session to the workload (through its runner or its remote
 //! cluster) before it answers 101, so a relay learns at once why a connection cannot be carried;
@@ -14,12 +14,12 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use neocloud_protocol::session::{Frame, chunks, split_frames};
+use neocloud_remote::callback::SessionIo;
+use neocloud_remote::serving::ConnectionSlot;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::server::App;
-use crate::callback::SessionIo;
 use crate::relay::{RELAY_UPGRADE, RelayTable};
-use crate::serving::ConnectionSlot;
+use crate::server::App;
 
 /// Bytes read from the relay at a time.
 const CHUNK: usize = 64 * 1024;
@@ -29,7 +29,7 @@ fn refused(status: StatusCode, message: String) -> Response {
 }
 
 /// The relay route.
-pub(super) async fn relay(
+pub(crate) async fn relay(
     State(app): State<Arc<App>>,
     Path((uid, port)): Path<(String, String)>,
     mut request: Request,

@@ -1,0 +1,324 @@
+//! Where the kubelet API gets a container's log and its sessions: the [`LogSource`] trait, its
+//! errors (each with the HTTP status the kubelet would answer), and what the reconciler tells a
+//! source about the node's Pods ([`PodPlacement`], [`PodLookup`], [`PodLister`]) and about the
+//! providers that serve logs and sessions themselves ([`ProviderLogs`], [`ProviderSessions`]).
+//! The node's source, [`CallbackLogSource`], which reads the runner callback, is in `callback`.
+//!
+//! Not HTTP and not authorization: the server has authenticated and authorized the caller before
+//! a source is asked.
+
+mod callback;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::http::StatusCode;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::Pod;
+use neocloud_protocol::session::SessionRequest;
+use neocloud_remote::callback::{LogOptions, SessionIo};
+
+pub use callback::CallbackLogSource;
+
+/// A Pod as the kubelet API names it: `/containerLogs/{namespace}/{name}/{container}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodRef {
+    /// The Pod's namespace.
+    pub namespace: String,
+    /// The Pod's name.
+    pub name: String,
+}
+
+impl std::fmt::Display for PodRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Why a log cannot be served. Each variant maps to the status the kubelet answers
+/// ([`LogError::status`]); the message is the response body, which the API server passes on to
+/// `kubectl logs`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogError {
+    /// The Pod is not on this node (or does not exist).
+    #[error("pod {pod} does not exist on this node")]
+    PodNotFound {
+        /// The Pod asked for.
+        pod: PodRef,
+    },
+    /// The Pod has no container of that name.
+    #[error("container {container:?} is not valid for pod {pod}")]
+    ContainerNotFound {
+        /// The Pod.
+        pod: PodRef,
+        /// The container asked for.
+        container: String,
+    },
+    /// The Pod runs on a provider that offers no way to read a workload's output.
+    #[error("logs are not available for pods on {provider}: the provider has no log API")]
+    NoLogApi {
+        /// The provider, for example `runpod`.
+        provider: String,
+    },
+    /// The container has not started, so there is no log yet.
+    #[error("container {container:?} in pod {pod} is waiting to start: {reason}")]
+    NotStarted {
+        /// The Pod.
+        pod: PodRef,
+        /// The container.
+        container: String,
+        /// What it waits for.
+        reason: String,
+    },
+    /// `previous=true` for a container that was never restarted in place (or whose instance
+    /// was replaced: the old machine's output went with it), worded as a kubelet's.
+    #[error("previous terminated container {container:?} in pod {pod:?} not found")]
+    NoPrevious {
+        /// The Pod's name.
+        pod: String,
+        /// The container.
+        container: String,
+    },
+    /// The Pod's provider gives logs and sessions only through the node's runner, and this
+    /// node has no `runner:` section: the cause is the node's configuration, not the provider.
+    #[error("{what} {verb} not available for pod {pod}: {why}", verb = be(.what), why = NO_RUNNER_CONFIGURED)]
+    NoRunnerConfigured {
+        /// The Pod.
+        pod: PodRef,
+        /// What was asked: `logs`, `exec`, `attach` or `port-forward`.
+        what: &'static str,
+    },
+    /// The Pod runs without the node's runner, so there is nothing to enter.
+    #[error(
+        "{what} is not available for pod {pod}: it runs on {provider} without the node's runner"
+    )]
+    NoRunner {
+        /// The Pod.
+        pod: PodRef,
+        /// Its provider.
+        provider: String,
+        /// What was asked: `exec`, `attach` or `port-forward`.
+        what: &'static str,
+    },
+    /// The runner (or, for a Pod it does not run, the provider) did not open an interactive
+    /// session.
+    #[error("failed to open a session with pod {pod}: {message}")]
+    Session {
+        /// The Pod.
+        pod: PodRef,
+        /// What failed.
+        message: String,
+    },
+    /// The Pod already has as many sessions open as it may.
+    #[error("pod {pod} already has {limit} sessions open or opening: close one first")]
+    TooManySessions {
+        /// The Pod.
+        pod: PodRef,
+        /// The limit.
+        limit: usize,
+    },
+    /// The source failed.
+    #[error("failed to read the logs of pod {pod}: {message}")]
+    Internal {
+        /// The Pod.
+        pod: PodRef,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Why a Pod on a cloud has no logs or sessions when the node has no `runner:` section, and
+/// where to read how to give it one.
+pub const NO_RUNNER_CONFIGURED: &str =
+    "no runner configured for this node; see docs/RUNNER.md for its `runner:` section";
+
+/// The verb `what` takes: "logs are", "exec is".
+fn be(what: &str) -> &'static str {
+    if what.ends_with('s') { "are" } else { "is" }
+}
+
+impl LogError {
+    /// The HTTP status the kubelet answers a log request with. A provider without a log API (or
+    /// a node without a runner) is a 400, not a 501: the API server hands a kubelet's 400 body
+    /// to `kubectl logs` as the error message, while it replaces the body of other statuses
+    /// with a generic one.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::PodNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::ContainerNotFound { .. }
+            | Self::NoLogApi { .. }
+            | Self::NotStarted { .. }
+            | Self::NoPrevious { .. }
+            | Self::NoRunnerConfigured { .. }
+            | Self::NoRunner { .. } => StatusCode::BAD_REQUEST,
+            Self::Session { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManySessions { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The HTTP status an exec, attach or port-forward is refused with, before the upgrade. The
+    /// API server hands a refused upgrade's `metav1.Status` to kubectl whole (its code and
+    /// message), so these are the statuses' own meanings: an unknown Pod or container is a 404,
+    /// a node without a runner a 503.
+    pub fn stream_status(&self) -> StatusCode {
+        match self {
+            Self::PodNotFound { .. } | Self::ContainerNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::NoRunnerConfigured { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            other => other.status(),
+        }
+    }
+}
+
+/// Reads containers' logs for the kubelet API.
+#[async_trait]
+pub trait LogSource: Send + Sync {
+    /// The log of `container` in `pod` with the kubelet's `opts`, one chunk per line. With
+    /// `opts.follow` the stream stays open for new lines until the workload ends. Read-only:
+    /// any number of calls may run concurrently and each gets its own stream.
+    async fn logs(
+        &self,
+        pod: &PodRef,
+        container: &str,
+        opts: LogOptions,
+    ) -> Result<BoxStream<'static, Bytes>, LogError>;
+
+    /// The latest usage sample of every Pod on this node that has one (runner-run Pods whose
+    /// runner has sent one), for `/stats/summary` and `/metrics/resource`.
+    fn usage(&self) -> Vec<PodUsage> {
+        Vec::new()
+    }
+
+    /// Opens `request` on the runner of `pod`: an exec in `container`, or a forwarded
+    /// connection (`container` is then `None`: the Pod's network is one). Without a runner there
+    /// is nothing to open.
+    async fn open_session(
+        &self,
+        pod: &PodRef,
+        container: Option<&str>,
+        request: SessionRequest,
+    ) -> Result<SessionIo, LogError> {
+        let _ = (container, request);
+        Err(LogError::PodNotFound { pod: pod.clone() })
+    }
+
+    /// Opens a connection to `port` of `pod` for its relay: a port-forward session, counted
+    /// apart from `kubectl exec` and `port-forward` where the source can (the runner's
+    /// callback), so that serving traffic neither is capped by their limit nor crowds them out.
+    async fn open_relayed(&self, pod: &PodRef, port: u16) -> Result<SessionIo, LogError> {
+        self.open_session(pod, None, SessionRequest::PortForward { port })
+            .await
+    }
+
+    /// Whether `what` (`exec`, `attach` or `port-forward`) into `container` of `pod` (`None`:
+    /// the Pod's network) can be served, as far as the node knows without asking anyone: the
+    /// Pod is here with that container and placed, the node has a runner for it, and the
+    /// runner is registered and alive. The kubelet API checks this before it answers 101, so
+    /// that a refusal reaches kubectl with its own status; what is then opened can still fail.
+    /// Cheap and read-only.
+    fn check_session(
+        &self,
+        pod: &PodRef,
+        container: Option<&str>,
+        what: &'static str,
+    ) -> Result<(), LogError> {
+        let _ = (pod, container, what);
+        Ok(())
+    }
+}
+
+/// One Pod's latest usage, as its runner sampled it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodUsage {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its uid.
+    pub uid: String,
+    /// Its container's name.
+    pub container: String,
+    /// The sample.
+    pub stats: neocloud_protocol::WorkloadStats,
+}
+
+/// Every Pod on this node: namespace, name and placement.
+pub type PodLister = Arc<dyn Fn() -> Vec<(String, String, PodPlacement)> + Send + Sync>;
+
+/// Where a Pod on this node runs, as the reconciler knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodPlacement {
+    /// The Pod's uid: the uid of its binding in the runner callback.
+    pub uid: String,
+    /// The provider it was rented on, `None` while it is not placed yet.
+    pub provider: Option<String>,
+    /// The names of its containers.
+    pub containers: Vec<String>,
+    /// Whether the node's runner runs it (its logs come from the callback), whatever the
+    /// provider; Pods on the source's `runner_providers` always are.
+    pub runner: bool,
+    /// The provider's id of its instance, once rented.
+    pub instance: Option<String>,
+}
+
+impl PodPlacement {
+    /// The placement of `pod` on `provider`: its uid and container names.
+    pub fn of(pod: &Pod, provider: Option<String>) -> Self {
+        let containers = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default();
+        Self {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            provider,
+            containers,
+            runner: false,
+            instance: None,
+        }
+    }
+
+    /// The same, run by the node's runner or not.
+    pub fn with_runner(mut self, runner: bool) -> Self {
+        self.runner = runner;
+        self
+    }
+
+    /// The same, with its instance's provider id.
+    pub fn with_instance(mut self, instance: Option<String>) -> Self {
+        self.instance = instance;
+        self
+    }
+}
+
+/// Opens an exec or port-forward session with an instance's provider, for providers that run
+/// the workload themselves (a remote cluster's Pod): `(provider, instance id, request)` to a
+/// stream speaking the runner session's frames, `Ok(None)` when the provider has no session API,
+/// or why it failed.
+pub type ProviderSessions = Arc<
+    dyn Fn(
+            &str,
+            &str,
+            SessionRequest,
+        ) -> futures::future::BoxFuture<'static, Result<Option<SessionIo>, String>>
+        + Send
+        + Sync,
+>;
+
+/// Finds a Pod on this node by namespace and name; `None` when it is not here.
+pub type PodLookup = Arc<dyn Fn(&str, &str) -> Option<PodPlacement> + Send + Sync>;
+
+/// Reads an instance's log from its provider, for providers that run the workload themselves
+/// (a remote cluster's Pod): `(provider, instance id, options)` to the stream, `Ok(None)` when
+/// the provider has no log API, or why it failed.
+pub type ProviderLogs = Arc<
+    dyn Fn(
+            &str,
+            &str,
+            LogOptions,
+        )
+            -> futures::future::BoxFuture<'static, Result<Option<BoxStream<'static, Bytes>>, String>>
+        + Send
+        + Sync,
+>;
