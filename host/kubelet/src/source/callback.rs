@@ -20,7 +20,7 @@ use super::{
 };
 use crate::slots::{DEFAULT_MAX_SESSIONS_PER_POD, PodSessions};
 
-/// Logs from the runner callback: the workloads of providers that run our runner (Lambda)
+/// Logs from the runner callback: the workloads the node's runner runs (on any cloud)
 /// stream their output to the node; other Pods' logs come from their provider where it has a
 /// log API ([`ProviderLogs`]), and otherwise there are none.
 #[derive(Clone)]
