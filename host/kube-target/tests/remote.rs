@@ -16,7 +16,7 @@ use neocloud_core::{
 use neocloud_kube_target::config::validate;
 use neocloud_kube_target::{KubeTarget, KubeconfigSource, RemoteCluster};
 use neocloud_kubelet::{
-    KubeAccessReview, KubeletConfig, KubeletServer, LogError, LogSource, PodRef,
+    KubeAccessReview, KubeletConfig, KubeletServer, LogError, PodRef, Workloads,
 };
 use neocloud_providers::{CreateRequest, LogRequest, Provider};
 use neocloud_remote::callback::LogOptions;
@@ -395,7 +395,7 @@ struct RemoteKubeletLogs {
 }
 
 #[async_trait::async_trait]
-impl LogSource for RemoteKubeletLogs {
+impl Workloads for RemoteKubeletLogs {
     async fn logs(
         &self,
         pod: &PodRef,

@@ -11,13 +11,13 @@
 //! bearer token the API server accepts in a TokenReview. They are then authorized by a
 //! SubjectAccessReview for the node's `proxy` subresource: the HTTP method's verb for logs,
 //! `create` for `/exec`, `/attach` and `/portForward` whatever the method. Logs come from a
-//! [`LogSource`]; [`CallbackLogSource`] reads those the runner callback (`neocloud-remote`)
+//! [`Workloads`]; [`NodeWorkloads`] reads those the runner callback (`neocloud-remote`)
 //! holds.
 //!
 //! ```no_run
 //! # async fn demo(
 //! #     client: kube::Client,
-//! #     source: std::sync::Arc<dyn neocloud_kubelet::LogSource>,
+//! #     source: std::sync::Arc<dyn neocloud_kubelet::Workloads>,
 //! # ) -> Result<(), neocloud_kubelet::KubeletError> {
 //! use std::sync::Arc;
 //! use neocloud_remote::callback::TlsMaterial;
@@ -34,7 +34,7 @@
 //! ```
 //!
 //! Not the Node object (the node crate's `vnode`) and not where a Pod's provider is decided: the
-//! reconciler knows that and hands it over through the [`PodLookup`]. Not the runner callback,
+//! reconciler knows that and hands it over through [`NodePods`]. Not the runner callback,
 //! the listener's TLS or its bounds either: those are `neocloud-remote`'s, shared with the
 //! callback server.
 
@@ -45,11 +45,11 @@ pub mod relay;
 pub mod request;
 mod server;
 mod slots;
-mod source;
 /// SPDY/3.1, the multiplexing of `kubectl exec` and `port-forward` after the HTTP upgrade.
 pub mod spdy;
 mod streams;
 mod usage;
+mod workloads;
 mod x509;
 
 use std::net::SocketAddr;
@@ -60,9 +60,9 @@ pub use auth::{AccessReview, Decision, KubeAccessReview, Refusal, ReviewError, U
 pub use request::RequestError;
 pub use server::KubeletServer;
 pub use slots::DEFAULT_MAX_SESSIONS_PER_POD;
-pub use source::{
-    CallbackLogSource, LogError, LogSource, NO_RUNNER_CONFIGURED, PodLister, PodLookup,
-    PodPlacement, PodRef, PodUsage, ProviderLogs, ProviderSessions,
+pub use workloads::{
+    LogError, NO_RUNNER_CONFIGURED, NodePods, NodeWorkloads, PodPlacement, PodRef, PodUsage,
+    Workloads,
 };
 
 use neocloud_remote::tls::TlsError;

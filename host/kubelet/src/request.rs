@@ -10,7 +10,7 @@
 use chrono::{DateTime, Utc};
 use neocloud_remote::callback::LogOptions;
 
-use super::source::PodRef;
+use super::workloads::PodRef;
 
 /// The path prefix of the log endpoint.
 pub(crate) const CONTAINER_LOGS: &str = "/containerLogs/";

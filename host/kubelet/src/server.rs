@@ -32,9 +32,9 @@ use tokio_rustls::server::TlsStream;
 
 use super::auth::{AccessReview, Gate, Refusal, UserInfo, proxy_verb, verb};
 use super::request::{RequestError, parse_path, parse_query};
-use super::source::LogSource;
 use super::spdy::{self, Connection};
 use super::streams::{self, ExecOptions, StreamTarget};
+use super::workloads::Workloads;
 use super::{KubeletConfig, KubeletError, x509};
 use neocloud_protocol::session::SessionRequest;
 
@@ -67,7 +67,7 @@ impl Peer {
 
 pub(super) struct App {
     gate: Gate,
-    pub(super) source: Arc<dyn LogSource>,
+    pub(super) source: Arc<dyn Workloads>,
     node: String,
     /// Every connection and SPDY session, ended at shutdown.
     pub(super) tasks: Tasks,
@@ -94,7 +94,7 @@ impl KubeletServer {
         config: KubeletConfig,
         tls: &TlsMaterial,
         reviews: Arc<dyn AccessReview>,
-        source: Arc<dyn LogSource>,
+        source: Arc<dyn Workloads>,
     ) -> Result<Self, KubeletError> {
         let server_config = tls.server_config(config.client_ca_pem.as_deref())?;
         let tcp = TcpListener::bind(config.listen).await.map_err(|e| {
@@ -307,7 +307,7 @@ impl App {
     /// Checks a streaming request and answers 101 with the SPDY connection served in the
     /// background, or refuses it with a `metav1.Status` of the kubelet's status and words
     /// ([`streams::refused`]): a bad request, an unknown Pod or container, a Pod not placed, a
-    /// node without a runner, a runner gone ([`LogSource::check_session`]), so that kubectl
+    /// node without a runner, a runner gone ([`Workloads::check_session`]), so that kubectl
     /// shows the refusal as it is rather than as an internal error. What the request opens (a
     /// runner session, the workload's output) is opened once the client's streams are there,
     /// and a failure to open it then is reported on the error stream, as a kubelet reports a

@@ -12,8 +12,8 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::super::auth::{AccessReview, Decision, ReviewError, UserInfo};
-use super::super::source::{LogError, LogSource, PodRef};
 use super::super::spdy::frame::{self, Deflater, Frame, Inflater};
+use super::super::workloads::{LogError, PodRef, Workloads};
 use super::super::{KubeletConfig, KubeletServer};
 use neocloud_protocol::session::SessionRequest;
 
@@ -50,7 +50,7 @@ impl AccessReview for Everyone {
 struct Pipes(Mutex<Vec<DuplexStream>>);
 
 #[async_trait]
-impl LogSource for Pipes {
+impl Workloads for Pipes {
     async fn logs(
         &self,
         pod: &PodRef,

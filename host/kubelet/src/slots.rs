@@ -13,7 +13,7 @@ use neocloud_remote::callback::SessionIo;
 use neocloud_remote::callback::sessions::holding;
 use parking_lot::Mutex;
 
-use super::source::PodRef;
+use super::workloads::PodRef;
 
 /// Sessions per Pod unless configured otherwise: the runner callback's default per binding.
 pub const DEFAULT_MAX_SESSIONS_PER_POD: usize = 16;

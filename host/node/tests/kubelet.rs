@@ -19,11 +19,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{LogParams, PostParams};
 
+use neocloud_core::ProviderId;
 use neocloud_node::callback::{
     CallbackConfig, CallbackServer, LogRecord, LogStream, RunnerEvent, TlsMaterial, Workload,
 };
 use neocloud_node::kubelet::{
-    CallbackLogSource, KubeAccessReview, KubeletConfig, KubeletServer, NO_RUNNER_CONFIGURED,
+    KubeAccessReview, KubeletConfig, KubeletServer, NO_RUNNER_CONFIGURED, NodePods, NodeWorkloads,
     PodPlacement,
 };
 use neocloud_node::vnode::{Health, Heartbeat, NodeConfig};
@@ -37,6 +38,16 @@ mod support;
 use support::{bind, node_identity};
 
 type Placements = Arc<Mutex<HashMap<(String, String), PodPlacement>>>;
+
+/// The rig's node: its Pods are where the test placed them.
+struct TestPods(Placements);
+
+impl NodePods for TestPods {
+    fn find(&self, namespace: &str, name: &str) -> Option<PodPlacement> {
+        let key = (namespace.to_owned(), name.to_owned());
+        self.0.lock().unwrap().get(&key).cloned()
+    }
+}
 
 /// A node with its kubelet API and runner callback, registered on the control plane.
 struct Rig {
@@ -91,19 +102,12 @@ impl Rig {
             .await
             .unwrap();
         let placements = Placements::default();
-        let lookup = {
-            let placements = placements.clone();
-            Arc::new(move |ns: &str, name: &str| {
-                let key = (ns.to_owned(), name.to_owned());
-                placements.lock().unwrap().get(&key).cloned()
-            })
-        };
+        let pods = Arc::new(TestPods(placements.clone()));
         let source = if runner {
-            CallbackLogSource::new(lookup, Some(callback.handle()), ["lambda".to_owned()])
+            NodeWorkloads::new(pods, Some(callback.handle()), [ProviderId::Lambda])
         } else {
-            let clouds = ["lambda", "runpod", "vast"].map(str::to_owned);
-            CallbackLogSource::new(lookup, None, Vec::<String>::new())
-                .with_runnerless_providers(clouds)
+            let clouds = [ProviderId::Lambda, ProviderId::Runpod, ProviderId::Vast];
+            NodeWorkloads::new(pods, None, []).with_runnerless_providers(clouds)
         };
         let mut config = KubeletConfig::new(&node);
         config.listen = loopback;
@@ -144,7 +148,8 @@ impl Rig {
             .create(&PostParams::default(), &pod)
             .await
             .unwrap();
-        let placement = PodPlacement::of(&pod, provider.map(str::to_owned));
+        let provider = provider.map(|p| p.parse().expect("a provider"));
+        let placement = PodPlacement::of(&pod, provider);
         let uid = placement.uid.clone();
         let key = (self.ctx.namespace.clone(), name.to_owned());
         self.placements.lock().unwrap().insert(key, placement);

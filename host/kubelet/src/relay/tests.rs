@@ -16,8 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::client::{self, RelayConfig};
 use super::{RELAY_UPGRADE, RelayGrant, RelayTable};
 use crate::{
-    AccessReview, Decision, KubeletConfig, KubeletServer, LogError, LogSource, PodRef, ReviewError,
-    UserInfo,
+    AccessReview, Decision, KubeletConfig, KubeletServer, LogError, PodRef, ReviewError, UserInfo,
+    Workloads,
 };
 use neocloud_protocol::session::{Frame, SessionRequest, split_frames};
 
@@ -50,7 +50,7 @@ impl AccessReview for Nobody {
 struct Shouting(Mutex<Vec<u16>>);
 
 #[async_trait]
-impl LogSource for Shouting {
+impl Workloads for Shouting {
     async fn logs(
         &self,
         pod: &PodRef,

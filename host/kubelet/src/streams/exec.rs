@@ -17,8 +17,8 @@ use tokio::io::WriteHalf;
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
-use super::super::source::LogError;
 use super::super::spdy::{Connection, StreamReader, StreamWriter};
+use super::super::workloads::LogError;
 use super::{ExecOptions, STREAM_CREATION_TIMEOUT};
 
 /// The streams of one exec or attach, as the client opened them.

@@ -15,8 +15,8 @@ use futures::{SinkExt, StreamExt};
 use neocloud_protocol::session::{Frame, SessionRequest, chunks, split_frames};
 use tokio::task::JoinSet;
 
-use super::super::source::{LogSource, PodRef};
 use super::super::spdy::{Connection, Stream, StreamReader, StreamWriter};
+use super::super::workloads::{PodRef, Workloads};
 use super::STREAM_CREATION_TIMEOUT;
 
 /// Request ids waiting for the other stream of their pair, on one connection.
@@ -42,7 +42,7 @@ fn request_id(stream: &Stream, kind: &str) -> String {
 /// Serves port-forwards for `pod` until the client closes the connection.
 pub(crate) async fn serve_port_forward(
     mut conn: Connection,
-    source: Arc<dyn LogSource>,
+    source: Arc<dyn Workloads>,
     pod: PodRef,
 ) {
     let mut waiting: HashMap<String, Waiting> = HashMap::new();
@@ -129,7 +129,7 @@ async fn expire(waiting: &mut HashMap<String, Waiting>) {
 
 /// Forwards one connection: opens a session on the runner for the pair's port and copies bytes
 /// both ways until both sides have finished.
-async fn forward(source: Arc<dyn LogSource>, pod: PodRef, error: Stream, data: Stream) {
+async fn forward(source: Arc<dyn Workloads>, pod: PodRef, error: Stream, data: Stream) {
     let port_header = data.header("port").unwrap_or_default().to_owned();
     let (_, error) = error.split();
     let (data_in, data_out) = data.split();
@@ -149,7 +149,7 @@ async fn forward(source: Arc<dyn LogSource>, pod: PodRef, error: Stream, data: S
 }
 
 async fn run(
-    source: &Arc<dyn LogSource>,
+    source: &Arc<dyn Workloads>,
     pod: &PodRef,
     port: u16,
     mut data_in: StreamReader,
@@ -199,8 +199,8 @@ mod tests {
     use futures::stream::BoxStream;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    use super::super::super::source::LogError;
     use super::super::super::spdy::frame::{self, Deflater, Frame, Inflater, status};
+    use super::super::super::workloads::LogError;
     use super::*;
     use neocloud_remote::callback::LogOptions;
 
@@ -208,7 +208,7 @@ mod tests {
     struct Nowhere;
 
     #[async_trait::async_trait]
-    impl LogSource for Nowhere {
+    impl Workloads for Nowhere {
         async fn logs(
             &self,
             pod: &PodRef,

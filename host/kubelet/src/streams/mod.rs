@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
 use super::request::RequestError;
-use super::source::PodRef;
+use super::workloads::PodRef;
 
 pub(crate) use exec::{serve_attach, serve_exec};
 pub(crate) use forward::serve_port_forward;

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use async_trait::async_trait;
 use base64::Engine;
+use bytes::Bytes;
+use futures::stream::BoxStream;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use serde::Deserialize;
@@ -13,12 +16,12 @@ use serde::Deserialize;
 use crate::callback::TlsMaterial;
 use futures::StreamExt as _;
 use neocloud_core::ProviderId;
+use neocloud_protocol::session::SessionRequest;
 use neocloud_providers::LogRequest;
 
 use crate::callback::{LogOptions, SessionIo};
 use crate::kubelet::{
-    CallbackLogSource, KubeAccessReview, KubeletConfig, KubeletServer, PodLister, PodLookup,
-    PodPlacement, ProviderLogs, ProviderSessions,
+    KubeAccessReview, KubeletConfig, KubeletServer, NodePods, NodeWorkloads, PodPlacement,
 };
 use crate::reconcile::{Reconciler, Runners};
 use crate::vnode::NodeConfig;
@@ -274,25 +277,13 @@ impl KubeletApiSettings {
             );
         }
         config.relays = relays;
-        let lookup = lookup(Arc::clone(reconciler));
-        let lister = lister(Arc::clone(reconciler));
-        let source = CallbackLogSource::new(
-            lookup,
+        let source = NodeWorkloads::new(
+            Arc::new(ReconcilerPods(Arc::clone(reconciler))),
             runners.map(|r| r.handle().clone()),
-            runners
-                .map(|r| {
-                    r.providers()
-                        .iter()
-                        .map(|p| p.as_str().to_owned())
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default(),
+            runners.map(|r| r.providers().to_vec()).unwrap_or_default(),
         )
         .with_runnerless_providers(runnerless(runners.is_some()))
-        .with_session_providers([ProviderId::Kube.as_str().to_owned()])
-        .with_lister(lister)
-        .with_provider_logs(provider_logs(Arc::clone(reconciler)))
-        .with_provider_sessions(provider_sessions(Arc::clone(reconciler)))
+        .with_session_providers([ProviderId::Kube])
         .with_max_provider_sessions(self.max_sessions_per_pod);
         let reviews = Arc::new(KubeAccessReview::new(client));
         KubeletServer::start(config, tls, reviews, Arc::new(source))
@@ -308,96 +299,27 @@ impl KubeletApiSettings {
 
 /// The clouds whose Pods only the node's runner gives logs and sessions, named in their
 /// refusals when the node has no `runner:` section (none when it has one).
-fn runnerless(has_runner: bool) -> Vec<String> {
+fn runnerless(has_runner: bool) -> Vec<ProviderId> {
     if has_runner {
         return Vec::new();
     }
-    [ProviderId::Lambda, ProviderId::Runpod, ProviderId::Vast]
-        .map(|p| p.as_str().to_owned())
-        .to_vec()
+    vec![ProviderId::Lambda, ProviderId::Runpod, ProviderId::Vast]
 }
 
-/// Pods and their providers from the reconciler's caches.
-fn lookup(reconciler: Arc<Reconciler>) -> PodLookup {
-    Arc::new(move |namespace: &str, name: &str| {
-        let caches = reconciler.caches()?;
+/// The node's Pods as the kubelet API asks for them: from the reconciler's caches, and for the
+/// Pods their provider runs itself (a remote cluster's), from that provider.
+struct ReconcilerPods(Arc<Reconciler>);
+
+#[async_trait]
+impl NodePods for ReconcilerPods {
+    fn find(&self, namespace: &str, name: &str) -> Option<PodPlacement> {
+        let caches = self.0.caches()?;
         let pod = caches.pods.get(&ObjectRef::new(name).within(namespace))?;
-        placement(&reconciler, caches, &pod)
-    })
-}
+        placement(&self.0, caches, &pod)
+    }
 
-/// Logs read from the provider of Pods the runner does not run (a remote cluster's Pod); an
-/// error in the middle of the stream ends it, logged.
-fn provider_logs(reconciler: Arc<Reconciler>) -> ProviderLogs {
-    Arc::new(move |provider: &str, instance: &str, opts: LogOptions| {
-        let found = provider_named(&reconciler, provider);
-        let instance = instance.to_owned();
-        Box::pin(async move {
-            let Some(provider) = found else {
-                return Ok(None);
-            };
-            let request = LogRequest {
-                follow: opts.follow,
-                tail_lines: opts.tail_lines.map(saturating_i64),
-                limit_bytes: opts.limit_bytes.map(saturating_i64),
-                since_seconds: opts.since_seconds.map(saturating_i64),
-                timestamps: opts.timestamps,
-            };
-            let stream = provider
-                .logs(&instance, &request)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(stream.map(|s| {
-                s.take_while(|chunk| {
-                    if let Err(e) = chunk {
-                        tracing::warn!(error = %e, "the provider's log stream ended with an error");
-                    }
-                    std::future::ready(chunk.is_ok())
-                })
-                .filter_map(|chunk| std::future::ready(chunk.ok()))
-                .boxed()
-            }))
-        })
-    })
-}
-
-/// Exec and port-forward sessions opened with the provider of Pods the runner does not run (a
-/// remote cluster's Pod).
-fn provider_sessions(reconciler: Arc<Reconciler>) -> ProviderSessions {
-    Arc::new(move |provider: &str, instance: &str, request| {
-        let found = provider_named(&reconciler, provider);
-        let instance = instance.to_owned();
-        Box::pin(async move {
-            let Some(provider) = found else {
-                return Ok(None);
-            };
-            let opened = provider
-                .open_session(&instance, &request)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(opened.map(|io| Box::new(io) as SessionIo))
-        })
-    })
-}
-
-/// The enabled provider a placement names (`kube`, `runpod`...).
-fn provider_named(
-    reconciler: &Reconciler,
-    name: &str,
-) -> Option<Arc<dyn neocloud_providers::Provider>> {
-    let id = name.parse::<neocloud_core::ProviderId>().ok()?;
-    reconciler.provider(id)
-}
-
-/// `n` as the API's `i64`, the largest one for anything larger.
-fn saturating_i64(n: impl TryInto<i64>) -> i64 {
-    n.try_into().unwrap_or(i64::MAX)
-}
-
-/// Every Pod on the node with its placement, from the reconciler's caches.
-fn lister(reconciler: Arc<Reconciler>) -> PodLister {
-    Arc::new(move || {
-        let Some(caches) = reconciler.caches() else {
+    fn list(&self) -> Vec<(String, String, PodPlacement)> {
+        let Some(caches) = self.0.caches() else {
             return Vec::new();
         };
         caches
@@ -405,11 +327,65 @@ fn lister(reconciler: Arc<Reconciler>) -> PodLister {
             .state()
             .iter()
             .filter_map(|pod| {
-                let p = placement(&reconciler, caches, pod)?;
+                let p = placement(&self.0, caches, pod)?;
                 Some((pod.namespace()?, pod.name_any(), p))
             })
             .collect()
-    })
+    }
+
+    /// An error in the middle of the provider's stream ends it, logged.
+    async fn provider_logs(
+        &self,
+        provider: ProviderId,
+        instance: &str,
+        opts: LogOptions,
+    ) -> Result<Option<BoxStream<'static, Bytes>>, String> {
+        let Some(provider) = self.0.provider(provider) else {
+            return Ok(None);
+        };
+        let request = LogRequest {
+            follow: opts.follow,
+            tail_lines: opts.tail_lines.map(saturating_i64),
+            limit_bytes: opts.limit_bytes.map(saturating_i64),
+            since_seconds: opts.since_seconds.map(saturating_i64),
+            timestamps: opts.timestamps,
+        };
+        let stream = provider
+            .logs(instance, &request)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(stream.map(|s| {
+            s.take_while(|chunk| {
+                if let Err(e) = chunk {
+                    tracing::warn!(error = %e, "the provider's log stream ended with an error");
+                }
+                std::future::ready(chunk.is_ok())
+            })
+            .filter_map(|chunk| std::future::ready(chunk.ok()))
+            .boxed()
+        }))
+    }
+
+    async fn provider_session(
+        &self,
+        provider: ProviderId,
+        instance: &str,
+        request: SessionRequest,
+    ) -> Result<Option<SessionIo>, String> {
+        let Some(provider) = self.0.provider(provider) else {
+            return Ok(None);
+        };
+        let opened = provider
+            .open_session(instance, &request)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(opened.map(|io| Box::new(io) as SessionIo))
+    }
+}
+
+/// `n` as the API's `i64`, the largest one for anything larger.
+fn saturating_i64(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
 }
 
 /// Where `pod` runs, as the caches say.
@@ -425,11 +401,12 @@ fn placement(
         .get(&ObjectRef::new(&name).within(&namespace))
         .filter(|b| Some(&b.spec.pod_uid) == uid.as_ref())
         .and_then(|b| b.status.clone());
-    let provider = status.as_ref().and_then(|s| s.provider.clone());
+    let provider = status
+        .as_ref()
+        .and_then(|s| s.provider.as_deref())
+        .and_then(|p| p.parse::<ProviderId>().ok());
     let instance = status.and_then(|s| s.instance_id);
     let runner = provider
-        .as_deref()
-        .and_then(|p| p.parse::<neocloud_core::ProviderId>().ok())
         .zip(reconciler.runners())
         .is_some_and(|(p, runners)| runners.runs(p, pod));
     Some(

@@ -5,25 +5,84 @@ use futures::StreamExt;
 
 use super::*;
 
-/// A source whose one Pod `ns/job` (container `main`) is placed on `provider` as `instance`,
-/// not run by the runner, reading provider logs with `read`.
-fn source(provider: &str, instance: Option<&str>, read: Option<ProviderLogs>) -> CallbackLogSource {
+/// What the tests' provider was asked for: provider, instance and options.
+type Asked = Arc<std::sync::Mutex<Vec<(String, String, LogOptions)>>>;
+
+/// The tests' node: one Pod `ns/job` (container `main`) placed as `placement`, not run by the
+/// runner. Its provider answers logs when `asked` is set (two lines for `gpu-west/job`, "not
+/// found" for any other instance, recording each call there), and opens sessions when
+/// `sessions` is set (a duplex stream each, counted there).
+struct Node {
+    placement: PodPlacement,
+    asked: Option<Asked>,
+    sessions: Option<Arc<std::sync::atomic::AtomicUsize>>,
+}
+
+#[async_trait]
+impl NodePods for Node {
+    fn find(&self, namespace: &str, name: &str) -> Option<PodPlacement> {
+        (namespace == "ns" && name == "job").then(|| self.placement.clone())
+    }
+
+    async fn provider_logs(
+        &self,
+        provider: ProviderId,
+        instance: &str,
+        opts: LogOptions,
+    ) -> Result<Option<BoxStream<'static, Bytes>>, String> {
+        let Some(asked) = &self.asked else {
+            return Ok(None);
+        };
+        let call = (provider.to_string(), instance.to_owned(), opts);
+        asked.lock().unwrap().push(call);
+        if instance != "gpu-west/job" {
+            return Err("pods \"job\" not found".to_owned());
+        }
+        let lines = [Bytes::from_static(b"one\n"), Bytes::from_static(b"two\n")];
+        Ok(Some(futures::stream::iter(lines).boxed()))
+    }
+
+    async fn provider_session(
+        &self,
+        _: ProviderId,
+        _: &str,
+        _: SessionRequest,
+    ) -> Result<Option<SessionIo>, String> {
+        let Some(calls) = &self.sessions else {
+            return Ok(None);
+        };
+        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let (ours, _theirs) = tokio::io::duplex(64);
+        Ok(Some(Box::new(ours) as SessionIo))
+    }
+}
+
+/// A source on the tests' node whose Pod is placed on `provider` as `instance`, its provider
+/// reading logs into `asked` when set.
+fn source(provider: &str, instance: Option<&str>, asked: Option<Asked>) -> NodeWorkloads {
+    node_source(provider, instance, asked, None)
+}
+
+fn node_source(
+    provider: &str,
+    instance: Option<&str>,
+    asked: Option<Asked>,
+    sessions: Option<Arc<std::sync::atomic::AtomicUsize>>,
+) -> NodeWorkloads {
     let placement = PodPlacement {
         uid: "uid-1".into(),
-        provider: Some(provider.into()),
+        provider: Some(provider.parse().expect("a provider")),
         containers: vec!["main".into()],
         runner: false,
         instance: None,
     }
     .with_instance(instance.map(str::to_owned));
-    let lookup: PodLookup = Arc::new(move |ns: &str, name: &str| {
-        (ns == "ns" && name == "job").then(|| placement.clone())
-    });
-    let source = CallbackLogSource::new(lookup, None, Vec::<String>::new());
-    match read {
-        Some(read) => source.with_provider_logs(read),
-        None => source,
-    }
+    let node = Node {
+        placement,
+        asked,
+        sessions,
+    };
+    NodeWorkloads::new(Arc::new(node), None, [])
 }
 
 fn job() -> PodRef {
@@ -33,30 +92,12 @@ fn job() -> PodRef {
     }
 }
 
-/// Answers `gpu-west/job` with two lines, after recording what it was asked.
-fn remote(asked: Arc<std::sync::Mutex<Vec<(String, String, LogOptions)>>>) -> ProviderLogs {
-    Arc::new(move |provider: &str, instance: &str, opts: LogOptions| {
-        asked
-            .lock()
-            .unwrap()
-            .push((provider.to_owned(), instance.to_owned(), opts));
-        let known = instance == "gpu-west/job";
-        Box::pin(async move {
-            if !known {
-                return Err("pods \"job\" not found".to_owned());
-            }
-            let lines = [Bytes::from_static(b"one\n"), Bytes::from_static(b"two\n")];
-            Ok(Some(futures::stream::iter(lines).boxed()))
-        })
-    })
-}
-
 /// Why a source refuses the log of `ns/job`'s `container`.
 trait Refusal {
     async fn refusal(&self, container: &str) -> LogError;
 }
 
-impl Refusal for CallbackLogSource {
+impl Refusal for NodeWorkloads {
     async fn refusal(&self, container: &str) -> LogError {
         match self.logs(&job(), container, LogOptions::default()).await {
             Err(e) => e,
@@ -68,11 +109,7 @@ impl Refusal for CallbackLogSource {
 #[tokio::test]
 async fn a_pod_the_runner_does_not_run_reads_its_log_from_its_provider() {
     let asked = Arc::default();
-    let s = source(
-        "kube",
-        Some("gpu-west/job"),
-        Some(remote(Arc::clone(&asked))),
-    );
+    let s = source("kube", Some("gpu-west/job"), Some(Arc::clone(&asked)));
     let opts = LogOptions {
         follow: true,
         tail_lines: Some(5),
@@ -99,16 +136,12 @@ async fn without_a_provider_log_api_or_an_instance_there_is_no_log_and_failures_
             provider: "runpod".into()
         }
     );
-    let e = source("kube", None, Some(remote(Arc::clone(&asked))))
+    let e = source("kube", None, Some(Arc::clone(&asked)))
         .refusal("main")
         .await;
     assert!(matches!(e, LogError::NoLogApi { .. }), "{e}");
     // The provider answers that it has no log API.
-    let none: ProviderLogs =
-        Arc::new(|_: &str, _: &str, _: LogOptions| Box::pin(async { Ok(None) }));
-    let e = source("lambda", Some("i-2"), Some(none))
-        .refusal("main")
-        .await;
+    let e = source("lambda", Some("i-2"), None).refusal("main").await;
     assert_eq!(
         e,
         LogError::NoLogApi {
@@ -116,7 +149,7 @@ async fn without_a_provider_log_api_or_an_instance_there_is_no_log_and_failures_
         }
     );
     // The provider fails: a 500 naming the Pod and the reason.
-    let e = source("kube", Some("gpu-west/gone"), Some(remote(asked)))
+    let e = source("kube", Some("gpu-west/gone"), Some(asked))
         .refusal("main")
         .await;
     assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
@@ -128,22 +161,10 @@ async fn without_a_provider_log_api_or_an_instance_there_is_no_log_and_failures_
     assert!(matches!(e, LogError::ContainerNotFound { .. }), "{e}");
 }
 
-/// Opens a duplex stream per session, counting the calls.
-fn sessions(calls: Arc<std::sync::atomic::AtomicUsize>) -> ProviderSessions {
-    Arc::new(move |_: &str, _: &str, _| {
-        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Box::pin(async move {
-            let (ours, _theirs) = tokio::io::duplex(64);
-            Ok(Some(Box::new(ours) as SessionIo))
-        })
-    })
-}
-
 #[tokio::test]
 async fn a_pod_its_provider_serves_has_a_limit_of_open_sessions_freed_when_one_closes() {
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let source = source("kube", Some("gpu-west/job"), None)
-        .with_provider_sessions(sessions(calls.clone()))
+    let source = node_source("kube", Some("gpu-west/job"), None, Some(calls.clone()))
         .with_max_provider_sessions(2);
     let forward = || SessionRequest::PortForward { port: 80 };
     let first = source.open_session(&job(), None, forward()).await;
@@ -169,7 +190,7 @@ async fn a_pod_its_provider_serves_has_a_limit_of_open_sessions_freed_when_one_c
 
 #[tokio::test]
 async fn a_cloud_pod_on_a_node_without_a_runner_is_refused_naming_the_missing_runner() {
-    let clouds = ["lambda", "runpod", "vast"].map(str::to_owned);
+    let clouds = [ProviderId::Lambda, ProviderId::Runpod, ProviderId::Vast];
     let s = source("lambda", Some("i-1"), None).with_runnerless_providers(clouds);
     let e = s.refusal("main").await;
     assert_eq!(
@@ -216,7 +237,7 @@ async fn a_cloud_pod_on_a_node_without_a_runner_is_refused_naming_the_missing_ru
     let unknown = s.check_session(&other, None, "exec").expect_err("not here");
     assert_eq!(unknown.stream_status(), StatusCode::NOT_FOUND);
     let e = source("fake", Some("i-1"), None)
-        .with_runnerless_providers(["lambda".to_owned()])
+        .with_runnerless_providers([ProviderId::Lambda])
         .refusal("main")
         .await;
     assert!(matches!(e, LogError::NoLogApi { .. }), "{e}");
@@ -228,7 +249,7 @@ async fn a_cloud_pod_on_a_node_without_a_runner_is_refused_naming_the_missing_ru
     let fake = source("fake", Some("i-1"), None);
     assert!(fake.check_session(&job(), None, "port-forward").is_ok());
     // Known session providers: a Pod elsewhere that the runner does not run is refused at once.
-    let fake = fake.with_session_providers(["kube".to_owned()]);
+    let fake = fake.with_session_providers([ProviderId::Kube]);
     let e = fake
         .check_session(&job(), None, "port-forward")
         .expect_err("no session API");
@@ -239,6 +260,6 @@ async fn a_cloud_pod_on_a_node_without_a_runner_is_refused_naming_the_missing_ru
         "{e}"
     );
     let kube =
-        source("kube", Some("gpu-west/job"), None).with_session_providers(["kube".to_owned()]);
+        source("kube", Some("gpu-west/job"), None).with_session_providers([ProviderId::Kube]);
     assert!(kube.check_session(&job(), Some("main"), "exec").is_ok());
 }

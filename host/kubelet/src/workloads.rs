@@ -1,25 +1,25 @@
-//! Where the kubelet API gets a container's log and its sessions: the [`LogSource`] trait, its
-//! errors (each with the HTTP status the kubelet would answer), and what the reconciler tells a
-//! source about the node's Pods ([`PodPlacement`], [`PodLookup`], [`PodLister`]) and about the
-//! providers that serve logs and sessions themselves ([`ProviderLogs`], [`ProviderSessions`]).
-//! The node's source, [`CallbackLogSource`], which reads the runner callback, is in `callback`.
+//! What the kubelet API reaches through the node: the [`Workloads`] trait (a container's log,
+//! exec and port-forward sessions, the relays' connections, usage), its errors (each with the
+//! HTTP status the kubelet would answer), and what the node answers about its Pods
+//! ([`NodePods`]: where each is, [`PodPlacement`], and the logs and sessions of the providers
+//! that serve them themselves). The node's [`NodeWorkloads`], which reads the runner callback
+//! or asks the provider, is in `callback`.
 //!
 //! Not HTTP and not authorization: the server has authenticated and authorized the caller before
 //! a source is asked.
 
 mod callback;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use axum::http::StatusCode;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
+use neocloud_core::ProviderId;
 use neocloud_protocol::session::SessionRequest;
 use neocloud_remote::callback::{LogOptions, SessionIo};
 
-pub use callback::CallbackLogSource;
+pub use callback::NodeWorkloads;
 
 /// A Pod as the kubelet API names it: `/containerLogs/{namespace}/{name}/{container}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -171,9 +171,10 @@ impl LogError {
     }
 }
 
-/// Reads containers' logs for the kubelet API.
+/// The workloads of the node's Pods as the kubelet API reaches them: their logs, exec and
+/// port-forward sessions, the relays' connections and their usage.
 #[async_trait]
-pub trait LogSource: Send + Sync {
+pub trait Workloads: Send + Sync {
     /// The log of `container` in `pod` with the kubelet's `opts`, one chunk per line. With
     /// `opts.follow` the stream stays open for new lines until the workload ends. Read-only:
     /// any number of calls may run concurrently and each gets its own stream.
@@ -228,6 +229,46 @@ pub trait LogSource: Send + Sync {
     }
 }
 
+/// What the kubelet API asks of the node about its Pods: where each one is (found by namespace
+/// and name, or all of them), and, for the Pods their provider runs itself (a remote cluster's),
+/// the provider's log and sessions. The node answers from its reconciler's caches and its
+/// providers; [`NodeWorkloads`](callback::NodeWorkloads) asks it.
+#[async_trait]
+pub trait NodePods: Send + Sync {
+    /// The Pod `namespace/name` on this node and where it runs; `None` when it is not here.
+    fn find(&self, namespace: &str, name: &str) -> Option<PodPlacement>;
+
+    /// Every Pod on this node: namespace, name and placement.
+    fn list(&self) -> Vec<(String, String, PodPlacement)> {
+        Vec::new()
+    }
+
+    /// The log of `instance` read from `provider` with `opts`; `Ok(None)` when the provider has
+    /// no log API, `Err` saying why it failed.
+    async fn provider_logs(
+        &self,
+        provider: ProviderId,
+        instance: &str,
+        opts: LogOptions,
+    ) -> Result<Option<BoxStream<'static, Bytes>>, String> {
+        let _ = (provider, instance, opts);
+        Ok(None)
+    }
+
+    /// An exec or port-forward session with `instance` opened by `provider`, as a stream
+    /// speaking the runner session's frames; `Ok(None)` when the provider has no session API,
+    /// `Err` saying why it failed.
+    async fn provider_session(
+        &self,
+        provider: ProviderId,
+        instance: &str,
+        request: SessionRequest,
+    ) -> Result<Option<SessionIo>, String> {
+        let _ = (provider, instance, request);
+        Ok(None)
+    }
+}
+
 /// One Pod's latest usage, as its runner sampled it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodUsage {
@@ -243,16 +284,13 @@ pub struct PodUsage {
     pub stats: neocloud_protocol::WorkloadStats,
 }
 
-/// Every Pod on this node: namespace, name and placement.
-pub type PodLister = Arc<dyn Fn() -> Vec<(String, String, PodPlacement)> + Send + Sync>;
-
 /// Where a Pod on this node runs, as the reconciler knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodPlacement {
     /// The Pod's uid: the uid of its binding in the runner callback.
     pub uid: String,
     /// The provider it was rented on, `None` while it is not placed yet.
-    pub provider: Option<String>,
+    pub provider: Option<ProviderId>,
     /// The names of its containers.
     pub containers: Vec<String>,
     /// Whether the node's runner runs it (its logs come from the callback), whatever the
@@ -264,7 +302,7 @@ pub struct PodPlacement {
 
 impl PodPlacement {
     /// The placement of `pod` on `provider`: its uid and container names.
-    pub fn of(pod: &Pod, provider: Option<String>) -> Self {
+    pub fn of(pod: &Pod, provider: Option<ProviderId>) -> Self {
         let containers = pod
             .spec
             .as_ref()
@@ -291,34 +329,3 @@ impl PodPlacement {
         self
     }
 }
-
-/// Opens an exec or port-forward session with an instance's provider, for providers that run
-/// the workload themselves (a remote cluster's Pod): `(provider, instance id, request)` to a
-/// stream speaking the runner session's frames, `Ok(None)` when the provider has no session API,
-/// or why it failed.
-pub type ProviderSessions = Arc<
-    dyn Fn(
-            &str,
-            &str,
-            SessionRequest,
-        ) -> futures::future::BoxFuture<'static, Result<Option<SessionIo>, String>>
-        + Send
-        + Sync,
->;
-
-/// Finds a Pod on this node by namespace and name; `None` when it is not here.
-pub type PodLookup = Arc<dyn Fn(&str, &str) -> Option<PodPlacement> + Send + Sync>;
-
-/// Reads an instance's log from its provider, for providers that run the workload themselves
-/// (a remote cluster's Pod): `(provider, instance id, options)` to the stream, `Ok(None)` when
-/// the provider has no log API, or why it failed.
-pub type ProviderLogs = Arc<
-    dyn Fn(
-            &str,
-            &str,
-            LogOptions,
-        )
-            -> futures::future::BoxFuture<'static, Result<Option<BoxStream<'static, Bytes>>, String>>
-        + Send
-        + Sync,
->;

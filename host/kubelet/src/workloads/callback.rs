@@ -1,71 +1,64 @@
-//! [`CallbackLogSource`]: the [`LogSource`] of the node, which finds a Pod by namespace and name
-//! with an injected lookup, and then reads the runner callback's log of its binding and opens
+//! [`NodeWorkloads`]: the [`Workloads`] of the node, which finds a Pod by namespace and name
+//! through [`NodePods`], and then reads the runner callback's log of its binding and opens
 //! sessions with its runner, or, for Pods their provider runs itself (a remote cluster's), asks
-//! the provider ([`ProviderLogs`], [`ProviderSessions`]).
+//! the provider through [`NodePods`] too.
 //!
 //! Not the trait or its errors (the parent module), and not HTTP: the server has authenticated
 //! and authorized the caller before a source is asked.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
+use neocloud_core::ProviderId;
 use neocloud_protocol::session::SessionRequest;
 use neocloud_remote::callback::{CallbackError, CallbackHandle, LogOptions, SessionIo};
 
-use super::{
-    LogError, LogSource, PodLister, PodLookup, PodPlacement, PodRef, PodUsage, ProviderLogs,
-    ProviderSessions,
-};
+use super::{LogError, NodePods, PodPlacement, PodRef, PodUsage, Workloads};
 use crate::slots::{DEFAULT_MAX_SESSIONS_PER_POD, PodSessions};
 
-/// Logs from the runner callback: the workloads the node's runner runs (on any cloud)
-/// stream their output to the node; other Pods' logs come from their provider where it has a
-/// log API ([`ProviderLogs`]), and otherwise there are none.
+/// The node's workloads: those the node's runner runs (on any cloud) stream their output to the
+/// runner callback and take sessions through it; other Pods' logs and sessions come from their
+/// provider where it has an API for them ([`NodePods`]), and otherwise there are none.
 #[derive(Clone)]
-pub struct CallbackLogSource {
-    lookup: PodLookup,
-    lister: Option<PodLister>,
+pub struct NodeWorkloads {
+    pods: Arc<dyn NodePods>,
     callback: Option<CallbackHandle>,
-    runner_providers: BTreeSet<String>,
+    runner_providers: BTreeSet<ProviderId>,
     /// Providers whose Pods only a runner gives logs and sessions, named when there is none.
-    runnerless: BTreeSet<String>,
-    provider_logs: Option<ProviderLogs>,
-    provider_sessions: Option<ProviderSessions>,
+    runnerless: BTreeSet<ProviderId>,
     /// The providers that open sessions themselves, when known: a Pod the runner does not run
-    /// elsewhere has none, which [`LogSource::check_session`] can then say before the upgrade.
-    session_providers: Option<BTreeSet<String>>,
+    /// elsewhere has none, which [`Workloads::check_session`] can then say before the upgrade.
+    session_providers: Option<BTreeSet<ProviderId>>,
     /// Sessions open with each Pod the provider serves, and how many it may have.
     provider_open: PodSessions,
     max_provider_sessions: usize,
 }
 
-impl std::fmt::Debug for CallbackLogSource {
+impl std::fmt::Debug for NodeWorkloads {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallbackLogSource")
+        f.debug_struct("NodeWorkloads")
             .field("runner_providers", &self.runner_providers)
             .finish_non_exhaustive()
     }
 }
 
-impl CallbackLogSource {
-    /// A source that finds Pods with `lookup` and reads the callback's log of those placed on
-    /// one of `runner_providers` (for example `["lambda"]`). Without a callback (no runner
+impl NodeWorkloads {
+    /// A source that finds Pods through `pods` and reads the callback's log of those placed on
+    /// one of `runner_providers` (for example Lambda). Without a callback (no runner
     /// configured) no Pod has a log.
     pub fn new(
-        lookup: PodLookup,
+        pods: Arc<dyn NodePods>,
         callback: Option<CallbackHandle>,
-        runner_providers: impl IntoIterator<Item = String>,
+        runner_providers: impl IntoIterator<Item = ProviderId>,
     ) -> Self {
         Self {
-            lookup,
-            lister: None,
+            pods,
             callback,
             runner_providers: runner_providers.into_iter().collect(),
             runnerless: BTreeSet::new(),
-            provider_logs: None,
-            provider_sessions: None,
             session_providers: None,
             provider_open: PodSessions::default(),
             max_provider_sessions: DEFAULT_MAX_SESSIONS_PER_POD,
@@ -79,13 +72,13 @@ impl CallbackLogSource {
         self
     }
 
-    /// The same, for a node without a runner: the Pods of `providers` (the clouds, for example
-    /// `["lambda", "runpod", "vast"]`) are refused logs and sessions with
+    /// The same, for a node without a runner: the Pods of `providers` (the clouds: Lambda,
+    /// RunPod, Vast.ai) are refused logs and sessions with
     /// [`LogError::NoRunnerConfigured`], which names the missing configuration, rather than as
     /// if their provider were to blame.
     pub fn with_runnerless_providers(
         mut self,
-        providers: impl IntoIterator<Item = String>,
+        providers: impl IntoIterator<Item = ProviderId>,
     ) -> Self {
         self.runnerless = providers.into_iter().collect();
         self
@@ -95,10 +88,10 @@ impl CallbackLogSource {
     fn no_runner_configured(
         &self,
         pod: &PodRef,
-        provider: &str,
+        provider: ProviderId,
         what: &'static str,
     ) -> Result<(), LogError> {
-        if self.callback.is_none() && self.runnerless.contains(provider) {
+        if self.callback.is_none() && self.runnerless.contains(&provider) {
             return Err(LogError::NoRunnerConfigured {
                 pod: pod.clone(),
                 what,
@@ -107,30 +100,14 @@ impl CallbackLogSource {
         Ok(())
     }
 
-    /// The same, reading the logs of Pods the runner does not run from their provider.
-    pub fn with_provider_logs(mut self, logs: ProviderLogs) -> Self {
-        self.provider_logs = Some(logs);
-        self
-    }
-
-    /// The same, opening exec and port-forward sessions of Pods the runner does not run with
-    /// their provider.
-    pub fn with_provider_sessions(mut self, open: ProviderSessions) -> Self {
-        self.provider_sessions = Some(open);
-        self
-    }
-
-    /// The same, knowing that only the Pods of `providers` (for example `["kube"]`) have
+    /// The same, knowing that only the Pods of `providers` (for example a remote cluster's) have
     /// sessions with their provider: the others, when the runner does not run them, are
     /// refused exec, attach and port-forward before the upgrade ([`LogError::NoRunner`]).
-    pub fn with_session_providers(mut self, providers: impl IntoIterator<Item = String>) -> Self {
+    pub fn with_session_providers(
+        mut self,
+        providers: impl IntoIterator<Item = ProviderId>,
+    ) -> Self {
         self.session_providers = Some(providers.into_iter().collect());
-        self
-    }
-
-    /// The same, listing the node's Pods with `lister` for their usage.
-    pub fn with_lister(mut self, lister: PodLister) -> Self {
-        self.lister = Some(lister);
         self
     }
 
@@ -147,16 +124,16 @@ impl CallbackLogSource {
         &self,
         pod: &PodRef,
         placement: &PodPlacement,
-        provider: &str,
+        provider: ProviderId,
         opts: LogOptions,
     ) -> Result<BoxStream<'static, Bytes>, LogError> {
         let no_api = || LogError::NoLogApi {
-            provider: provider.to_owned(),
+            provider: provider.to_string(),
         };
-        let (Some(read), Some(instance)) = (&self.provider_logs, &placement.instance) else {
+        let Some(instance) = &placement.instance else {
             return Err(no_api());
         };
-        match read(provider, instance, opts).await {
+        match self.pods.provider_logs(provider, instance, opts).await {
             Ok(Some(stream)) => Ok(stream),
             Ok(None) => Err(no_api()),
             Err(message) => Err(LogError::Internal {
@@ -168,7 +145,7 @@ impl CallbackLogSource {
 
     /// The placement of `pod`, checked against `container` (when one is named).
     fn placement(&self, pod: &PodRef, container: Option<&str>) -> Result<PodPlacement, LogError> {
-        let placement = (self.lookup)(&pod.namespace, &pod.name)
+        let placement = (self.pods.find(&pod.namespace, &pod.name))
             .ok_or_else(|| LogError::PodNotFound { pod: pod.clone() })?;
         let Some(container) = container else {
             return Ok(placement);
@@ -184,7 +161,7 @@ impl CallbackLogSource {
 }
 
 #[async_trait]
-impl LogSource for CallbackLogSource {
+impl Workloads for NodeWorkloads {
     async fn logs(
         &self,
         pod: &PodRef,
@@ -201,18 +178,18 @@ impl LogSource for CallbackLogSource {
             pod: pod.name.clone(),
             container: container.to_owned(),
         };
-        let Some(provider) = placement.provider.clone() else {
+        let Some(provider) = placement.provider else {
             if opts.previous {
                 return Err(no_previous());
             }
             return Err(waiting("the pod is not placed on a cloud yet".into()));
         };
-        self.no_runner_configured(pod, &provider, "logs")?;
+        self.no_runner_configured(pod, provider, "logs")?;
         let callback = match &self.callback {
             Some(callback) if self.run_by_runner(&placement) => callback,
             // The provider's log is of the one instance: a replaced one's went with it.
             _ if opts.previous => return Err(no_previous()),
-            _ => return self.provider_log(pod, &placement, &provider, opts).await,
+            _ => return self.provider_log(pod, &placement, provider, opts).await,
         };
         callback
             .read_logs(&placement.uid, opts)
@@ -253,7 +230,7 @@ impl LogSource for CallbackLogSource {
         let container = container
             .or(placement.containers.first().map(String::as_str))
             .unwrap_or_default();
-        let Some(provider) = placement.provider.as_deref() else {
+        let Some(provider) = placement.provider else {
             return Err(LogError::NotStarted {
                 pod: pod.clone(),
                 container: container.to_owned(),
@@ -266,9 +243,9 @@ impl LogSource for CallbackLogSource {
                 .session_ready(&placement.uid)
                 .map_err(|e| session_error(pod, container, provider, e)),
             _ => match &self.session_providers {
-                Some(served) if !served.contains(provider) => Err(LogError::NoRunner {
+                Some(served) if !served.contains(&provider) => Err(LogError::NoRunner {
                     pod: pod.clone(),
-                    provider: provider.to_owned(),
+                    provider: provider.to_string(),
                     what,
                 }),
                 // Sessions with the provider, or none: said when one is opened.
@@ -278,10 +255,11 @@ impl LogSource for CallbackLogSource {
     }
 
     fn usage(&self) -> Vec<PodUsage> {
-        let (Some(lister), Some(callback)) = (&self.lister, &self.callback) else {
+        let Some(callback) = &self.callback else {
             return Vec::new();
         };
-        lister()
+        self.pods
+            .list()
             .into_iter()
             .filter(|(_, _, placement)| self.run_by_runner(placement))
             .filter_map(|(namespace, name, placement)| {
@@ -297,7 +275,7 @@ impl LogSource for CallbackLogSource {
     }
 }
 
-impl CallbackLogSource {
+impl NodeWorkloads {
     /// Opens `request` on the runner of `pod` (a relay's connection when `relayed`), or on
     /// its provider.
     async fn open(
@@ -316,24 +294,23 @@ impl CallbackLogSource {
             .or(placement.containers.first().map(String::as_str))
             .unwrap_or_default()
             .to_owned();
-        let Some(provider) = placement.provider.clone() else {
+        let Some(provider) = placement.provider else {
             return Err(LogError::NotStarted {
                 pod: pod.clone(),
                 container,
                 reason: "the pod is not placed on a cloud yet".into(),
             });
         };
-        self.no_runner_configured(pod, &provider, what)?;
+        self.no_runner_configured(pod, provider, what)?;
         let callback = match &self.callback {
             Some(callback) if self.run_by_runner(&placement) => callback,
             _ => {
                 let no_runner = || LogError::NoRunner {
                     pod: pod.clone(),
-                    provider: provider.clone(),
+                    provider: provider.to_string(),
                     what,
                 };
-                let (Some(open), Some(instance)) = (&self.provider_sessions, &placement.instance)
-                else {
+                let Some(instance) = &placement.instance else {
                     return Err(no_runner());
                 };
                 let limit = self.max_provider_sessions;
@@ -341,7 +318,11 @@ impl CallbackLogSource {
                     let pod = pod.clone();
                     return Err(LogError::TooManySessions { pod, limit });
                 };
-                return match open(&provider, instance, request).await {
+                return match self
+                    .pods
+                    .provider_session(provider, instance, request)
+                    .await
+                {
                     Ok(Some(io)) => Ok(slot.hold(io)),
                     Ok(None) => Err(no_runner()),
                     Err(message) => Err(LogError::Session {
@@ -357,12 +338,17 @@ impl CallbackLogSource {
             }
             request => callback.open_session(&placement.uid, request).await,
         };
-        opened.map_err(|e| session_error(pod, &container, &provider, e))
+        opened.map_err(|e| session_error(pod, &container, provider, e))
     }
 }
 
 /// Why the runner of `pod` on `provider` did not open a session for `container`.
-fn session_error(pod: &PodRef, container: &str, provider: &str, e: CallbackError) -> LogError {
+fn session_error(
+    pod: &PodRef,
+    container: &str,
+    provider: ProviderId,
+    e: CallbackError,
+) -> LogError {
     match e {
         CallbackError::NotRegistered(_) => LogError::NotStarted {
             pod: pod.clone(),
