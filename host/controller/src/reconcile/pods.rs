@@ -99,7 +99,7 @@ impl Reconciler {
         translated
     }
 
-    fn translate(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
+    pub(super) fn translate(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
         let w = translate_pod(pod).map_err(|e| e.to_string())?;
         let runners = self.cfg.runners.as_deref();
         // Where the Pod may go: the enabled providers it allows.
