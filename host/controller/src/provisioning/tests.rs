@@ -31,6 +31,10 @@ struct Rig {
 }
 
 async fn rig(prefix: &str, cap: f64) -> Rig {
+    rig_watching(prefix, cap, None).await
+}
+
+async fn rig_watching(prefix: &str, cap: f64, watch: Option<Vec<String>>) -> Rig {
     let ctx = TestContext::new(prefix).await;
     let offers = serde_json::from_value(json!([{"gpu": "NVIDIA A40", "gpu_count": 8,
         "region": "CA-MTL-1", "price_per_hour": 0.40, "capacity": 8, "cloud": "SECURE"}]))
@@ -61,6 +65,7 @@ async fn rig(prefix: &str, cap: f64) -> Rig {
     let holds = Holds::new(None);
     let mut cfg = ReconcilerConfig::new("neocloud-test", ClusterId::new("prov").unwrap());
     cfg.holds = Some(Arc::clone(&holds));
+    cfg.watch_namespaces = watch;
     let r = Reconciler::new(
         ctx.client.clone(),
         cfg,
@@ -209,4 +214,13 @@ async fn bad_requests_fail_with_a_message_naming_what_is_wrong() {
     assert_eq!(reason, "NoOffer", "{message}");
     assert!(message.contains("PodTemplate ppt-main"), "{message}");
     assert_eq!(rig.budget.in_flight_usd_per_hour(), 0.0, "nothing held");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_in_a_namespace_the_node_does_not_serve_is_refused() {
+    let rig = rig_watching("prov-ns", 4.0, Some(vec!["team-b".into()])).await;
+    rig.template("ppt-main", 1).await;
+    let (reason, message) = failure(rig.decide(&rig.request(&[("ppt-main", 1)], &[])).await);
+    assert_eq!(reason, "NamespaceNotWatched");
+    assert!(message.contains("watchNamespaces: team-b"), "{message}");
 }

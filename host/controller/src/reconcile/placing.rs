@@ -66,10 +66,13 @@ impl Reconciler {
     }
 
     /// The workload a Pod translates to and the planner it is placed with, its `BurstPolicy`
-    /// resolved, exactly as the Pod controller places it; or the reason (`Unsupported`, or the
-    /// policy's) and why. For planning Pods that are not there yet (a ProvisioningRequest's
+    /// resolved, exactly as the Pod controller places it; or the reason (`NamespaceNotWatched`,
+    /// `Unsupported`, or the policy's) and why. For planning Pods that are not there yet (a ProvisioningRequest's
     /// templates): nothing is cached.
     pub fn plan_pod(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), (String, String)> {
+        if let Some(why) = self.unwatched(pod) {
+            return Err(("NamespaceNotWatched".to_owned(), why));
+        }
         let (w, planner) = self
             .translate(pod)
             .map_err(|why| ("Unsupported".to_owned(), why))?;

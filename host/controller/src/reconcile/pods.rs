@@ -205,7 +205,7 @@ impl Reconciler {
     }
 
     /// Why the Pod's namespace is not served, if it is not (`watchNamespaces`).
-    fn unwatched(&self, pod: &Pod) -> Option<String> {
+    pub(super) fn unwatched(&self, pod: &Pod) -> Option<String> {
         let watched = self.cfg.watch_namespaces.as_ref()?;
         let ns = pod.namespace().unwrap_or_default();
         (!watched.contains(&ns)).then(|| {
