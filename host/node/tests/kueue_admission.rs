@@ -6,7 +6,10 @@
 //!   virtual node and are rented: four rentals in the ledger;
 //! - deleting it leaves no hold (metric) and no instance (ledger);
 //! - under a budget that pays for three, a 4-Pod Job is not admitted, the Workload's check says
-//!   over budget, and nothing is rented.
+//!   over budget, and nothing is rented;
+//! - a hold lowers the GPUs the node advertises, and is released when its Pods do not come in
+//!   time (`BookingExpired`) or when its request is deleted (requests made directly, as any
+//!   ProvisioningRequest client makes them).
 //!
 //! Kueue's webhooks intercept every Job of the control plane, so this binary has this one test.
 //! Needs root (Kueue runs in a mount namespace of its own; see docs/KUEUE.md).
@@ -15,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use neocloud_cloudsim::{CloudSim, CloudSimConfig, SimConfig};
@@ -136,12 +139,15 @@ impl Rig {
         .await;
         // The scheduler places Pods on it only once it advertises GPUs.
         self.wait("the node advertising GPUs", 60, async || {
-            let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client());
-            let n = nodes.get(&self.node).await.ok()?;
-            let gpus = n.status?.allocatable?.get("nvidia.com/gpu")?.0.clone();
-            (gpus != "0").then_some(())
+            (self.gpus().await? != "0").then_some(())
         })
         .await;
+    }
+
+    /// The GPUs the node advertises (`status.allocatable`).
+    async fn gpus(&self) -> Option<String> {
+        let node = Api::<Node>::all(self.client()).get(&self.node).await.ok()?;
+        Some(node.status?.allocatable?.get("nvidia.com/gpu")?.0.clone())
     }
 
     fn log_path(&self) -> PathBuf {
@@ -354,6 +360,7 @@ async fn kueue_admits_a_job_only_when_the_node_holds_the_budget_of_all_its_pods(
     // Three A40s' worth.
     rig.run_node(1.2).await;
     under_a_budget_for_three_a_four_pod_job_is_not_admitted_and_nothing_is_rented(&rig).await;
+    a_hold_lowers_the_advertised_gpus_and_is_released_by_expiry_or_deletion(&rig).await;
 }
 
 async fn a_four_pod_job_is_admitted_and_each_pod_is_rented_once(rig: &Rig) {
@@ -494,4 +501,82 @@ async fn under_a_budget_for_three_a_four_pod_job_is_not_admitted_and_nothing_is_
     assert_eq!(ledger.entries.len(), before, "nothing rented: {ledger:?}");
     assert!(ledger.live().is_empty(), "{ledger:?}");
     assert_eq!(rig.held(), 0.0, "nothing held for a refused request");
+}
+
+/// A request of the node's class for `pods` Pods of one A40, made directly with its PodTemplate.
+async fn direct_request(rig: &Rig, name: &str, pods: u32, valid_seconds: u32) {
+    let template: PodTemplate = serde_json::from_value(json!({
+        "metadata": {"name": format!("ppt-{name}")},
+        "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "train", "image": "registry.invalid/train:1",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+    }))
+    .unwrap();
+    Api::<PodTemplate>::namespaced(rig.client(), &rig.ctx.namespace)
+        .create(&PostParams::default(), &template)
+        .await
+        .unwrap();
+    let request = json!({"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "metadata": {"name": name, "namespace": rig.ctx.namespace},
+        "spec": {"provisioningClassName": CLASS,
+            "podSets": [{"podTemplateRef": {"name": format!("ppt-{name}")}, "count": pods}],
+            "parameters": {"ValidUntilSeconds": valid_seconds.to_string()}}});
+    rig.create(&rig.requests(), request).await;
+}
+
+async fn a_hold_lowers_the_advertised_gpus_and_is_released_by_expiry_or_deletion(rig: &Rig) {
+    let before = rig.sims.runpod.ledger().entries.len();
+    // $1.20/h buys three A40s; two held leave one.
+    rig.wait("three GPUs advertised", 30, async || {
+        (rig.gpus().await? == "3").then_some(())
+    })
+    .await;
+    direct_request(rig, "lapse", 2, 6).await;
+    rig.wait("lapse Provisioned", 30, async || {
+        let r = rig.requests().get("lapse").await.ok()?;
+        is_true(&r, "Provisioned").then_some(())
+    })
+    .await;
+    assert!((rig.held() - 2.0 * A40).abs() < 1e-9, "{}", rig.held());
+    rig.wait("one GPU advertised while two are held", 30, async || {
+        (rig.gpus().await? == "1").then_some(())
+    })
+    .await;
+    let expired = rig
+        .wait("lapse BookingExpired", 30, async || {
+            let r = rig.requests().get("lapse").await.ok()?;
+            is_true(&r, "BookingExpired").then_some(r)
+        })
+        .await;
+    eprintln!(
+        "BookingExpired: {}",
+        condition(&expired, "BookingExpired").unwrap()["message"]
+    );
+    assert_eq!(rig.held(), 0.0, "the lapsed booking is released");
+    rig.wait("three GPUs advertised again", 30, async || {
+        (rig.gpus().await? == "3").then_some(())
+    })
+    .await;
+
+    direct_request(rig, "dropped", 2, 600).await;
+    rig.wait("dropped Provisioned", 30, async || {
+        let r = rig.requests().get("dropped").await.ok()?;
+        is_true(&r, "Provisioned").then_some(())
+    })
+    .await;
+    assert!((rig.held() - 2.0 * A40).abs() < 1e-9, "{}", rig.held());
+    rig.requests()
+        .delete("dropped", &DeleteParams::default())
+        .await
+        .unwrap();
+    rig.wait("the deleted request's hold released", 30, async || {
+        (rig.held() == 0.0).then_some(())
+    })
+    .await;
+    let ledger = rig.sims.runpod.ledger();
+    assert_eq!(
+        ledger.entries.len(),
+        before,
+        "holding rents nothing: {ledger:?}"
+    );
 }
