@@ -62,25 +62,14 @@ impl OfferRanker for PreferPlace {
 #[cfg(test)]
 mod tests {
     use neocloud_broker::PlanInput;
-    use neocloud_core::{GpuModel, OfferCapacity, ProviderId};
+    use neocloud_core::ProviderId;
 
     use super::*;
 
     fn offer(id: &str, region: &str, price: f64) -> Offer {
         Offer {
-            provider: ProviderId::Runpod,
-            id: id.into(),
-            gpu: GpuModel::from_provider("A40", None),
-            gpu_count: 1,
-            price_per_hour: price,
-            capacity: OfferCapacity::OnDemand,
             region: region.into(),
-            reliability: None,
-            verified: true,
-            disk_gib: None,
-            machine_id: None,
-            runpod_cloud: None,
-            expires_at: None,
+            ..neocloud_fixtures::offer(ProviderId::Runpod, id, "A40", price)
         }
     }
 
@@ -92,9 +81,7 @@ mod tests {
             region: "CA-MTL-1".into(),
         };
         let planner = prefer(Planner::default(), place);
-        let mut w = neocloud_fixtures::workload();
-        w.gpu.accepted.clear();
-        w.gpu.count = 1;
+        let w = neocloud_fixtures::workload();
         let input = PlanInput {
             workload: &w,
             offers: &offers,

@@ -197,7 +197,7 @@ fn cover(sets: &[PlannedSet<'_>], region: &Region) -> Result<Vec<Pick>, String> 
 
 #[cfg(test)]
 mod tests {
-    use neocloud_core::{GpuModel, Offer, OfferCapacity};
+    use neocloud_core::Offer;
 
     use super::*;
 
@@ -210,19 +210,9 @@ mod tests {
     ) -> Candidate {
         Candidate {
             offer: Offer {
-                provider,
-                id: id.into(),
-                gpu: GpuModel::from_provider("A40", None),
-                gpu_count: 1,
-                price_per_hour: price,
-                capacity: OfferCapacity::OnDemand,
                 region: region.into(),
-                reliability: None,
-                verified: true,
-                disk_gib: None,
                 machine_id: machine.then_some(7),
-                runpod_cloud: None,
-                expires_at: None,
+                ..neocloud_fixtures::offer(provider, id, "A40", price)
             },
             score: -price,
             max_price_per_hour: price,
