@@ -2,7 +2,8 @@
 //! are mirrored back into Pods ([`reconcile`]: the Pod controller, the binding controller, the
 //! runners' state, relays and receipts), with what they share: the external names every rental
 //! carries ([`naming`]), where a runner's egress goes in the cluster ([`egress`]), and generic
-//! add-ons to kube-runtime ([`runtime`]), and installing the CRDs ([`crds`]).
+//! add-ons to kube-runtime ([`runtime`]), and installing the CRDs ([`crds`]); and the
+//! ProvisioningRequest class the node serves for Kueue ([`provisioning`]).
 //!
 //! Not here: the BurstPolicy controller (`neocloud-burst-policy`), the Node object and its
 //! heartbeat, configuration, leadership and the sweeper (`neocloud-node`, which wires these
@@ -12,5 +13,6 @@
 pub mod crds;
 pub mod egress;
 pub mod naming;
+pub mod provisioning;
 pub mod reconcile;
 pub mod runtime;

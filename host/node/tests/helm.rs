@@ -27,6 +27,7 @@ use support::{can_i, helm, succeeded};
 const METRICS: &[&str] = &[
     "neocloud_burn_rate_usd_per_hour",
     "neocloud_budget_in_flight_usd_per_hour",
+    "neocloud_provisioning_held_usd_per_hour",
     "neocloud_budget_cap_usd_per_hour",
     "neocloud_instances",
     "neocloud_rentals_total",

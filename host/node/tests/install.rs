@@ -19,6 +19,25 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Whether `user` may `verb` `autoscaling.x-k8s.io`'s `resource` (its `subresource`, when not
+/// empty) in every namespace, asked of the API server directly: `kubectl auth can-i` cannot
+/// name a kind whose CRD is not installed.
+async fn may(ctx: &TestContext, user: &str, verb: &str, resource: &str, subresource: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({"spec": {
+        "user": user,
+        "resourceAttributes": {"verb": verb, "group": "autoscaling.x-k8s.io",
+            "resource": resource, "subresource": subresource},
+    }}))
+    .unwrap();
+    let api: Api<SubjectAccessReview> = Api::all(ctx.client.clone());
+    let answer = api
+        .create(&kube::api::PostParams::default(), &review)
+        .await
+        .unwrap();
+    answer.status.is_some_and(|s| s.allowed)
+}
+
 /// `kubectl args` with `stdin`, whatever its outcome.
 fn kubectl_stdin(ctx: &TestContext, args: &[&str], stdin: &str) -> Output {
     use std::io::Write as _;
@@ -251,6 +270,8 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
             "burstpolicies.cloud.aibrix.ai",
             "--subresource=status",
         ],
+        // The PodTemplates a ProvisioningRequest names (the requests are below).
+        &["get", "podtemplates", "-n", "default"],
     ];
     for args in allowed {
         assert!(can(args), "the role should allow {args:?}");
@@ -291,12 +312,24 @@ async fn the_service_account_may_do_what_the_role_lists_and_nothing_broader() {
             "burstpolicies.cloud.aibrix.ai",
             "--subresource=status",
         ],
+        &["list", "podtemplates", "-A"],
     ];
     for args in refused {
         assert!(
             !can(args),
             "the role is broader than listed: it allows {args:?}"
         );
+    }
+    // ProvisioningRequests (Kueue's): watched, and only their status written.
+    let requests = |verb, sub| may(&ctx, sa, verb, "provisioningrequests", sub);
+    for (verb, sub) in [("watch", ""), ("get", ""), ("patch", "status")] {
+        assert!(
+            requests(verb, sub).await,
+            "the role should allow {verb} {sub}"
+        );
+    }
+    for (verb, sub) in [("create", ""), ("patch", ""), ("update", "status")] {
+        assert!(!requests(verb, sub).await, "the role allows {verb} {sub}");
     }
 
     // The relay policy: as the node, only relay Pods and Secrets (server-side dry runs).

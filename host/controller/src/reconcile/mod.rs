@@ -103,6 +103,9 @@ pub struct ReconcilerConfig {
     /// The relays that give burst Pods a cluster address; `None`: Pods report their
     /// instance's public IP.
     pub relays: Option<Arc<Relays>>,
+    /// The budget held for admitted ProvisioningRequests, which their Pods take; `None`: the
+    /// node serves no ProvisioningRequest class.
+    pub holds: Option<Arc<crate::provisioning::Holds>>,
 }
 
 impl ReconcilerConfig {
@@ -122,6 +125,7 @@ impl ReconcilerConfig {
             team_label: None,
             receipt_retention: Some(Duration::from_secs(30 * 86_400)),
             relays: None,
+            holds: None,
         }
     }
 }

@@ -65,6 +65,33 @@ impl Reconciler {
         Ok((planner, resolved.fallback, note))
     }
 
+    /// The workload a Pod translates to and the planner it is placed with, its `BurstPolicy`
+    /// resolved, exactly as the Pod controller places it; or the reason (`NamespaceNotWatched`,
+    /// `Unsupported`, or the policy's) and why. For planning Pods that are not there yet (a ProvisioningRequest's
+    /// templates): nothing is cached.
+    pub fn plan_pod(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), (String, String)> {
+        if let Some(why) = self.unwatched(pod) {
+            return Err(("NamespaceNotWatched".to_owned(), why));
+        }
+        let (w, planner) = self
+            .translate(pod)
+            .map_err(|why| ("Unsupported".to_owned(), why))?;
+        let (planner, _, _) = self
+            .with_policy(&w, planner)
+            .map_err(|e| (e.reason().to_owned(), e.to_string()))?;
+        Ok((w, planner))
+    }
+
+    /// The renter: the catalog, the budget and the ledger the Pods are rented against.
+    pub fn renter(&self) -> &Renter {
+        &self.renter
+    }
+
+    /// The virtual node's name.
+    pub fn node_name(&self) -> &str {
+        &self.cfg.node_name
+    }
+
     /// Plans and rents (after looking for an instance an earlier run may have rented), in the
     /// placement's trace when traces are exported.
     pub(super) async fn place(
@@ -188,6 +215,14 @@ impl Reconciler {
             None => None,
         };
         let key = binding_key(&b);
+        // A Pod admitted by Kueue through a ProvisioningRequest takes (drops) the budget held
+        // for it just before it reserves its own, and prefers the place the request was planned
+        // in (see `crate::provisioning`).
+        let held = self.cfg.holds.as_ref().and_then(|h| h.take_for(pod));
+        let planner = match held {
+            Some(place) => crate::provisioning::prefer(planner, place),
+            None => planner,
+        };
         let broker = Broker {
             planner,
             renter: Renter {

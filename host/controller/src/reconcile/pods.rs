@@ -99,7 +99,7 @@ impl Reconciler {
         translated
     }
 
-    fn translate(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
+    pub(super) fn translate(&self, pod: &Pod) -> Result<(WorkloadSpec, Planner), String> {
         let w = translate_pod(pod).map_err(|e| e.to_string())?;
         let runners = self.cfg.runners.as_deref();
         // Where the Pod may go: the enabled providers it allows.
@@ -205,7 +205,7 @@ impl Reconciler {
     }
 
     /// Why the Pod's namespace is not served, if it is not (`watchNamespaces`).
-    fn unwatched(&self, pod: &Pod) -> Option<String> {
+    pub(super) fn unwatched(&self, pod: &Pod) -> Option<String> {
         let watched = self.cfg.watch_namespaces.as_ref()?;
         let ns = pod.namespace().unwrap_or_default();
         (!watched.contains(&ns)).then(|| {

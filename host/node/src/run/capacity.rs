@@ -19,7 +19,9 @@ pub fn gpus_within_budget(offers: &[Offer], remaining_usd_per_hour: Option<f64>)
         (Some(_), Some(left)) if left <= 0.0 => 0,
         (Some(0.0), Some(_)) => u32::MAX,
         (Some(p), Some(left)) => {
-            let n = (left / p).floor();
+            // A hair over, so that a budget of exactly n GPUs buys n: $1.20 / $0.40 is
+            // 2.9999999999999996 in floating point.
+            let n = (left / p + 1e-9).floor();
             if n >= f64::from(u32::MAX) {
                 u32::MAX
             } else {
@@ -67,5 +69,12 @@ mod tests {
         assert_eq!(gpus_within_budget(&offers, Some(0.49)), 0);
         assert_eq!(gpus_within_budget(&offers, Some(-1.0)), 0);
         assert_eq!(gpus_within_budget(&offers, None), u32::MAX);
+    }
+
+    #[test]
+    fn a_budget_of_exactly_three_gpus_buys_three() {
+        let offers = [offer(1, 0.4)];
+        assert_eq!(gpus_within_budget(&offers, Some(1.2)), 3);
+        assert_eq!(gpus_within_budget(&offers, Some(1.2 - 0.8)), 1);
     }
 }

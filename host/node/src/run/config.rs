@@ -76,6 +76,56 @@ pub struct RunConfig {
     /// `remoteClusters` by themselves (see docs/REMOTE-CLUSTERS.md).
     #[serde(default)]
     pub nvke: Option<neocloud_kube_target::NvkeDiscovery>,
+    /// The ProvisioningRequest class `rent.cloud.aibrix.ai`, which Kueue's ProvisioningRequest
+    /// admission check asks before it admits a Workload (see docs/KUEUE.md).
+    #[serde(default)]
+    pub provisioning: ProvisioningSettings,
+}
+
+/// The `provisioning:` section.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProvisioningSettings {
+    /// Serve the class: plan each request's Pods at once in one provider and region, and hold
+    /// their budget until the Pods come. Where the ProvisioningRequest API is not served (no
+    /// Kueue or cluster-autoscaler CRD), the node says so once in its log and waits for it.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// How long the budget held for a request waits for its Pods, seconds; what they have not
+    /// taken by then is released and the request is `BookingExpired`. A request's
+    /// `ValidUntilSeconds` parameter may shorten it.
+    #[serde(default = "default_booking_seconds")]
+    pub booking_seconds: u64,
+}
+
+impl Default for ProvisioningSettings {
+    fn default() -> Self {
+        ProvisioningSettings {
+            enabled: true,
+            booking_seconds: default_booking_seconds(),
+        }
+    }
+}
+
+fn default_booking_seconds() -> u64 {
+    600
+}
+
+impl ProvisioningSettings {
+    fn check(&self) -> anyhow::Result<()> {
+        if self.booking_seconds == 0 {
+            bail!("provisioning.bookingSeconds: 0 must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The controller's configuration.
+    pub fn config(&self) -> neocloud_controller::provisioning::ProvisioningConfig {
+        neocloud_controller::provisioning::ProvisioningConfig {
+            booking: Duration::from_secs(self.booking_seconds),
+            ..Default::default()
+        }
+    }
 }
 
 /// The `fake:` section: how the in-process fake cloud (provider `fake`) treats workloads.
@@ -409,6 +459,7 @@ impl RunConfig {
             bail!("providers: kube needs at least one entry in remoteClusters, or nvke");
         }
         self.policies.check()?;
+        self.provisioning.check()?;
         self.metrics_address
             .parse::<std::net::SocketAddr>()
             .with_context(|| {

@@ -21,7 +21,9 @@ mod vm;
 
 pub use capacity::gpus_within_budget;
 pub use cluster::IDENTITY_NAMESPACE;
-pub use config::{FakeSettings, LeaderElection, ReconcilerSettings, RunConfig};
+pub use config::{
+    FakeSettings, LeaderElection, ProvisioningSettings, ReconcilerSettings, RunConfig,
+};
 pub use kubelet_api::KubeletApiSettings;
 pub use role::LEADER_LABEL;
 pub use supervise::{FAULT_VAR, TaskEnded};

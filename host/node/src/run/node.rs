@@ -1,8 +1,8 @@
 //! What the leader runs: the Node registered and kept alive, the budget rebuilt from the
 //! bindings before anything rents, the provider health check, the runner callback server, the
-//! policy registry, the reconciler, the kubelet API, the sweeper (once the reconciler's caches
-//! are synced, which is also when `/readyz` turns ready) and the gauges. Every long-running
-//! piece is a task of the [`Supervisor`].
+//! policy registry, the reconciler, the ProvisioningRequest controller, the kubelet API, the
+//! sweeper (once the reconciler's caches are synced, which is also when `/readyz` turns ready)
+//! and the gauges. Every long-running piece is a task of the [`Supervisor`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +22,7 @@ use super::background::{check_health, expire_receipts, gauges};
 use super::startup::Started;
 use crate::metrics;
 use crate::policies::PolicyRegistry;
+use crate::provisioning::{Holds, Provisioner};
 use crate::reconcile::{Reconciler, ReconcilerConfig, Runners};
 use crate::sweeper::Sweeper;
 use crate::vnode::{Health, Heartbeat, NodeConfig};
@@ -73,10 +74,21 @@ pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<()>
         None => None,
     };
     let table = relays.as_ref().map(|r| Arc::clone(&r.table));
-    let reconciler = reconciler(cfg, s, &node, renter.clone(), runners.clone(), relays)?;
+    let holds = (cfg.provisioning.enabled).then(|| Holds::new(Some(Arc::clone(&s.metrics))));
+    let pieces = (renter.clone(), runners.clone(), relays, holds.clone());
+    let reconciler = reconciler(cfg, s, &node, pieces)?;
     let (synced_tx, synced_rx) = oneshot::channel();
     s.tasks
         .spawn("reconciler", Arc::clone(&reconciler).run(Some(synced_tx)));
+    if let Some(holds) = holds {
+        let provisioner = Provisioner::new(
+            s.client.clone(),
+            Arc::clone(&reconciler),
+            holds,
+            cfg.provisioning.config(),
+        );
+        s.tasks.spawn("provisioning", provisioner.run());
+    }
     if let Some(tls) = &kubelet_tls {
         let kubelet = cfg.kubelet_api.start(
             &node,
@@ -156,14 +168,21 @@ async fn rebuilt_renter(cfg: &RunConfig, s: &Started, node: &NodeConfig) -> anyh
     Ok(renter)
 }
 
+/// What the reconciler rents with and hands Pods to: the renter, the runners, the relays and
+/// the budget held for ProvisioningRequests.
+type Pieces = (
+    Renter,
+    Option<Arc<Runners>>,
+    Option<Arc<crate::reconcile::Relays>>,
+    Option<Arc<Holds>>,
+);
+
 /// The reconciler, with the policy registry (whose watch is a task) and the CEL engine.
 fn reconciler(
     cfg: &RunConfig,
     s: &mut Started,
     node: &NodeConfig,
-    renter: Renter,
-    runners: Option<Arc<Runners>>,
-    relays: Option<Arc<crate::reconcile::Relays>>,
+    (renter, runners, relays, holds): Pieces,
 ) -> anyhow::Result<Arc<Reconciler>> {
     let mut rc = ReconcilerConfig::new(&node.name, s.cluster.clone());
     rc.host_ip = node.address.clone();
@@ -176,6 +195,7 @@ fn reconciler(
     rc.team_label = cfg.spend.team_label.clone();
     rc.receipt_retention = cfg.spend.retention();
     rc.relays = relays;
+    rc.holds = holds;
     let cel = Arc::new(CelEngine::new(CelLimits::default()));
     let wasm = WasmEngine::new(cfg.policies.engine_config())
         .map_err(|e| anyhow::anyhow!("failed to start the Wasm policy engine: {e}"))?;

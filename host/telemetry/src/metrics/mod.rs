@@ -158,6 +158,7 @@ pub struct Metrics {
     registry: Registry,
     burn_rate: F64Gauge,
     in_flight: F64Gauge,
+    held: F64Gauge,
     budget_cap: Family<NoLabels, F64Gauge>,
     instances: CountedGauge<InstanceLabels>,
     rentals: Family<RentalLabels, Counter>,
@@ -193,6 +194,7 @@ impl Metrics {
             registry: Registry::with_prefix("neocloud"),
             burn_rate: F64Gauge::default(),
             in_flight: F64Gauge::default(),
+            held: F64Gauge::default(),
             budget_cap: Family::default(),
             instances: CountedGauge::default(),
             rentals: Family::default(),
@@ -222,6 +224,14 @@ impl Metrics {
             "budget_in_flight_usd_per_hour",
             format!("Budget reserved for rentals in flight, {usd}"),
             self.in_flight.clone(),
+        );
+        r.register(
+            "provisioning_held_usd_per_hour",
+            format!(
+                "Budget held for admitted ProvisioningRequests whose Pods have not come yet, {usd} \
+                 (also counted in budget_in_flight_usd_per_hour)"
+            ),
+            self.held.clone(),
         );
         r.register(
             "budget_cap_usd_per_hour",
@@ -300,6 +310,11 @@ impl Metrics {
     /// Sets the budget reserved for rentals in flight, USD per hour.
     pub fn set_budget_in_flight(&self, usd_per_hour: f64) {
         self.in_flight.set(usd_per_hour);
+    }
+
+    /// Sets the budget held for admitted ProvisioningRequests, USD per hour.
+    pub fn set_provisioning_held(&self, usd_per_hour: f64) {
+        self.held.set(usd_per_hour);
     }
 
     /// Sets the cluster cap, USD per hour. `None` (no cap) removes the sample, so the family has

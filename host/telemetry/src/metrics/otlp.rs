@@ -24,6 +24,7 @@ enum Kind {
 const OBSERVED: &[(&str, Kind)] = &[
     ("neocloud_burn_rate_usd_per_hour", Kind::Gauge),
     ("neocloud_budget_in_flight_usd_per_hour", Kind::Gauge),
+    ("neocloud_provisioning_held_usd_per_hour", Kind::Gauge),
     ("neocloud_budget_cap_usd_per_hour", Kind::Gauge),
     ("neocloud_instances", Kind::Gauge),
     ("neocloud_pods", Kind::Gauge),

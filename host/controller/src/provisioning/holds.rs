@@ -1,0 +1,256 @@
+//! The budget held for admitted ProvisioningRequests, by request (`namespace/name`): one budget
+//! [`Reservation`] per Pod, which counts against the cluster budget as a rental in flight does
+//! (so the advertised GPUs drop with it), and the place it was planned in. A Pod that consumes
+//! the request takes one reservation just before it reserves its own budget, so the two never
+//! count twice.
+//!
+//! Not for renting: in this stage a hold is budget only, and the Pods rent when they arrive.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use neocloud_broker::Reservation;
+use neocloud_core::ProviderId;
+use neocloud_telemetry::metrics::Metrics;
+use parking_lot::Mutex;
+
+use super::CONSUME_ANNOTATION;
+
+/// Where a request's Pods were planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldPlace {
+    /// The provider.
+    pub provider: ProviderId,
+    /// The region.
+    pub region: String,
+}
+
+#[derive(Debug)]
+struct Held {
+    uid: String,
+    place: HeldPlace,
+    reservations: Vec<Reservation>,
+    takers: HashSet<String>,
+    deadline: Instant,
+}
+
+/// The table. Every method is safe to call concurrently.
+#[derive(Debug, Default)]
+pub struct Holds {
+    table: Mutex<HashMap<String, Held>>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Holds {
+    /// A table that reports what it holds to `metrics`.
+    pub fn new(metrics: Option<Arc<Metrics>>) -> Arc<Holds> {
+        let holds = Holds {
+            table: Mutex::default(),
+            metrics,
+        };
+        holds.report(&holds.table.lock());
+        Arc::new(holds)
+    }
+
+    /// Holds `reservations` for request `key` (its `uid`) until `deadline`, replacing what it
+    /// held before (which is released).
+    pub fn hold(
+        &self,
+        key: &str,
+        uid: &str,
+        place: HeldPlace,
+        reservations: Vec<Reservation>,
+        deadline: Instant,
+    ) {
+        let mut table = self.table.lock();
+        let held = Held {
+            uid: uid.to_owned(),
+            place,
+            reservations,
+            takers: HashSet::new(),
+            deadline,
+        };
+        table.insert(key.to_owned(), held);
+        self.report(&table);
+    }
+
+    /// For a Pod that consumes a request (its [`CONSUME_ANNOTATION`]): drops one of the
+    /// request's reservations the first time this Pod asks, and returns where the request was
+    /// planned. A Pod that asks again drops nothing more.
+    pub fn take_for(&self, pod: &Pod) -> Option<HeldPlace> {
+        let name = pod.annotations().get(CONSUME_ANNOTATION)?;
+        let key = format!("{}/{name}", pod.namespace().unwrap_or_default());
+        self.take(&key, &pod.uid().unwrap_or_default())
+    }
+
+    /// [`Holds::take_for`] by request key and Pod UID.
+    pub fn take(&self, key: &str, pod_uid: &str) -> Option<HeldPlace> {
+        let mut table = self.table.lock();
+        let held = table.get_mut(key)?;
+        if held.takers.insert(pod_uid.to_owned()) {
+            drop(held.reservations.pop());
+        }
+        let place = held.place.clone();
+        self.report(&table);
+        Some(place)
+    }
+
+    /// Releases what request `key` holds; whether it held anything.
+    pub fn release(&self, key: &str) -> bool {
+        let mut table = self.table.lock();
+        let had = table.remove(key).is_some();
+        self.report(&table);
+        had
+    }
+
+    /// Releases what request `key` holds if it is the request with `uid` (a request deleted and
+    /// made again under its name keeps the new one's hold).
+    pub fn release_uid(&self, key: &str, uid: &str) -> bool {
+        let mut table = self.table.lock();
+        let had = table.get(key).is_some_and(|h| h.uid == uid);
+        if had {
+            table.remove(key);
+        }
+        self.report(&table);
+        had
+    }
+
+    /// The requests whose booking ended at `now` with reservations still untaken, with the UID
+    /// each was held for.
+    pub fn expired(&self, now: Instant) -> Vec<(String, String)> {
+        let table = self.table.lock();
+        table
+            .iter()
+            .filter(|(_, h)| !h.reservations.is_empty() && h.deadline <= now)
+            .map(|(k, h)| (k.clone(), h.uid.clone()))
+            .collect()
+    }
+
+    /// Every request with an entry, and the UID it was held for.
+    pub fn keys(&self) -> Vec<(String, String)> {
+        let table = self.table.lock();
+        table
+            .iter()
+            .map(|(k, h)| (k.clone(), h.uid.clone()))
+            .collect()
+    }
+
+    /// Reservations of request `key` not yet taken by a Pod.
+    pub fn untaken(&self, key: &str) -> usize {
+        self.table
+            .lock()
+            .get(key)
+            .map_or(0, |h| h.reservations.len())
+    }
+
+    /// Everything held, USD per hour.
+    pub fn usd_per_hour(&self) -> f64 {
+        Self::sum(&self.table.lock())
+    }
+
+    fn sum(table: &HashMap<String, Held>) -> f64 {
+        let all = table.values().flat_map(|h| h.reservations.iter());
+        all.map(Reservation::usd_per_hour).sum()
+    }
+
+    fn report(&self, table: &HashMap<String, Held>) {
+        if let Some(m) = &self.metrics {
+            m.set_provisioning_held(Self::sum(table));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use neocloud_broker::BudgetGuard;
+    use serde_json::json;
+
+    use super::*;
+
+    fn place() -> HeldPlace {
+        HeldPlace {
+            provider: ProviderId::Runpod,
+            region: "CA-MTL-1".into(),
+        }
+    }
+
+    fn reserve(budget: &Arc<BudgetGuard>, n: usize) -> Vec<Reservation> {
+        (0..n).map(|_| budget.reserve(0.4).unwrap()).collect()
+    }
+
+    fn consumer(uid: &str, request: &str) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": uid, "namespace": "team-a",
+            "uid": uid, "annotations": {CONSUME_ANNOTATION: request}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn each_consuming_pod_takes_one_reservation_once() {
+        let budget = BudgetGuard::new(Some(2.0));
+        let holds = Holds::new(None);
+        let at = Instant::now() + Duration::from_secs(600);
+        holds.hold("team-a/req-1", "u1", place(), reserve(&budget, 4), at);
+        assert!((budget.in_flight_usd_per_hour() - 1.6).abs() < 1e-9);
+        assert!(
+            budget.reserve(0.5).is_err(),
+            "the hold counts against the budget"
+        );
+        assert_eq!(holds.take_for(&consumer("p1", "req-1")), Some(place()));
+        assert_eq!(holds.take_for(&consumer("p1", "req-1")), Some(place()));
+        assert_eq!(
+            holds.untaken("team-a/req-1"),
+            3,
+            "a Pod asking twice takes one"
+        );
+        assert!((budget.in_flight_usd_per_hour() - 1.2).abs() < 1e-9);
+        assert_eq!(holds.take_for(&consumer("p2", "other")), None);
+        for p in ["p2", "p3", "p4", "p5"] {
+            holds.take_for(&consumer(p, "req-1"));
+        }
+        assert_eq!(holds.untaken("team-a/req-1"), 0);
+        assert_eq!(budget.in_flight_usd_per_hour(), 0.0);
+    }
+
+    #[test]
+    fn expiry_lists_untaken_holds_and_release_frees_the_budget() {
+        let budget = BudgetGuard::new(None);
+        let holds = Holds::new(None);
+        let now = Instant::now();
+        holds.hold("ns/late", "u1", place(), reserve(&budget, 2), now);
+        holds.hold("ns/taken", "u2", place(), reserve(&budget, 1), now);
+        holds.take("ns/taken", "pod");
+        holds.hold(
+            "ns/early",
+            "u3",
+            place(),
+            reserve(&budget, 1),
+            now + Duration::from_secs(60),
+        );
+        assert_eq!(
+            holds.expired(now),
+            vec![("ns/late".to_owned(), "u1".to_owned())]
+        );
+        assert!(!holds.release_uid("ns/late", "other-uid"));
+        assert!(holds.release_uid("ns/late", "u1"));
+        assert!(holds.release("ns/early"));
+        assert!(!holds.release("ns/early"));
+        assert_eq!(holds.usd_per_hour(), 0.0);
+        assert_eq!(budget.in_flight_usd_per_hour(), 0.0);
+    }
+
+    #[test]
+    fn a_new_hold_of_the_same_request_replaces_the_old_one() {
+        let budget = BudgetGuard::new(None);
+        let holds = Holds::new(None);
+        let at = Instant::now();
+        holds.hold("ns/r", "u1", place(), reserve(&budget, 3), at);
+        holds.hold("ns/r", "u2", place(), reserve(&budget, 1), at);
+        assert!((budget.in_flight_usd_per_hour() - 0.4).abs() < 1e-9);
+        assert!((holds.usd_per_hour() - 0.4).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,43 @@
+//! The ProvisioningRequest class the node serves, [`CLASS`] (issue 33, first stage: "admit only
+//! what can be rented"). Kueue's ProvisioningRequest admission check creates a request per
+//! Workload; the node plans all its Pods at once, in one provider and region, under the Pods'
+//! price limits and policies, and holds their budget ([`Holds`]) before it says `Provisioned`.
+//! Kueue then admits the Workload, and its Pods (which carry [`CONSUME_ANNOTATION`]) are rented
+//! by the Pod controller as usual, each taking one held reservation just before it reserves its
+//! own budget.
+//!
+//! Not here: renting ahead of the Pods (the next stage), the ProvisioningRequest CRD (Kueue and
+//! cluster-autoscaler ship it), and the Pod controller (`reconcile`).
+
+mod controller;
+mod decide;
+mod holds;
+pub mod params;
+mod prefer;
+pub mod regions;
+mod status;
+#[cfg(test)]
+mod tests;
+pub mod types;
+
+pub use controller::{Provisioner, ProvisioningConfig};
+pub use decide::Outcome;
+pub use holds::{HeldPlace, Holds};
+pub use prefer::prefer;
+pub use types::{PodSet, ProvisioningRequest, ProvisioningRequestSpec, ProvisioningRequestStatus};
+
+use kube::ResourceExt;
+
+/// The `provisioningClassName` the node serves.
+pub const CLASS: &str = "rent.cloud.aibrix.ai";
+
+/// The annotation Kueue puts on the Pods of an admitted Workload: the request they consume.
+pub const CONSUME_ANNOTATION: &str = "autoscaling.x-k8s.io/consume-provisioning-request";
+
+/// The annotation naming the consumed request's class.
+pub const CLASS_ANNOTATION: &str = "autoscaling.x-k8s.io/provisioning-class-name";
+
+/// The key a request's hold is kept under: `namespace/name`.
+pub fn key(req: &ProvisioningRequest) -> String {
+    format!("{}/{}", req.namespace().unwrap_or_default(), req.name_any())
+}

@@ -1,0 +1,101 @@
+//! A consuming Pod's preference for the place its ProvisioningRequest was planned in: offers
+//! of that provider and region rank above every other, in the order the Pod's own ranking gives
+//! them. A preference, not a constraint: if the market moved and nothing is left there, the Pod
+//! is placed as any other.
+
+use std::sync::Arc;
+
+use neocloud_broker::{OfferRanker, Planner, PolicyError};
+use neocloud_core::{Attempt, Offer, WorkloadSpec};
+
+use super::holds::HeldPlace;
+
+/// What is added to the score of an offer in the held place: more than any ranking spreads its
+/// scores in practice (prices, reliabilities, CEL scores of that order).
+const BONUS: f64 = 1.0e6;
+
+/// `planner` ranking offers in `place` first.
+pub fn prefer(mut planner: Planner, place: HeldPlace) -> Planner {
+    planner.ranker = Arc::new(PreferPlace {
+        inner: planner.ranker,
+        place,
+    });
+    planner
+}
+
+#[derive(Debug)]
+struct PreferPlace {
+    inner: Arc<dyn OfferRanker>,
+    place: HeldPlace,
+}
+
+impl PreferPlace {
+    fn bonus(&self, o: &Offer) -> f64 {
+        if o.provider == self.place.provider && o.region == self.place.region {
+            BONUS
+        } else {
+            0.0
+        }
+    }
+}
+
+impl OfferRanker for PreferPlace {
+    fn rank(
+        &self,
+        w: &WorkloadSpec,
+        offers: &[&Offer],
+        attempts: &[Attempt],
+    ) -> Result<Vec<f64>, PolicyError> {
+        let scores = self.inner.rank(w, offers, attempts)?;
+        Ok(scores
+            .into_iter()
+            .zip(offers)
+            .map(|(s, o)| s + self.bonus(o))
+            .collect())
+    }
+
+    fn score(&self, w: &WorkloadSpec, o: &Offer, attempts: &[Attempt]) -> Result<f64, PolicyError> {
+        Ok(self.inner.score(w, o, attempts)? + self.bonus(o))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use neocloud_broker::PlanInput;
+    use neocloud_core::ProviderId;
+
+    use super::*;
+
+    fn offer(id: &str, region: &str, price: f64) -> Offer {
+        Offer {
+            region: region.into(),
+            ..neocloud_fixtures::offer(ProviderId::Runpod, id, "A40", price)
+        }
+    }
+
+    #[test]
+    fn offers_in_the_held_place_come_first_even_when_dearer() {
+        let offers = [offer("eu", "EU-SE-1", 0.30), offer("ca", "CA-MTL-1", 0.40)];
+        let place = HeldPlace {
+            provider: ProviderId::Runpod,
+            region: "CA-MTL-1".into(),
+        };
+        let planner = prefer(Planner::default(), place);
+        let w = neocloud_fixtures::workload();
+        let input = PlanInput {
+            workload: &w,
+            offers: &offers,
+            attempts: &[],
+            enabled: &[],
+            skipped: &[],
+            now: chrono::Utc::now(),
+        };
+        let plan = planner.plan(&input).unwrap();
+        let ids: Vec<_> = plan
+            .candidates
+            .iter()
+            .map(|c| c.offer.id.as_str())
+            .collect();
+        assert_eq!(ids, ["ca", "eu"], "{}", plan.explanation);
+    }
+}

@@ -1,0 +1,582 @@
+//! Kueue admits only what the node can rent: `neocloud-node run` as a process serves the
+//! ProvisioningRequest class `rent.cloud.aibrix.ai`, with Kueue v0.17 (webhooks included) on the
+//! control plane, its ProvisioningRequest check on a ClusterQueue whose one flavor is the
+//! virtual node, and RunPod's simulator with one A40 offer in one region:
+//! - a 4-Pod Job is admitted once the node holds the budget of four Pods, its Pods land on the
+//!   virtual node and are rented: four rentals in the ledger;
+//! - deleting it leaves no hold (metric) and no instance (ledger);
+//! - under a budget that pays for three, a 4-Pod Job is not admitted, the Workload's check says
+//!   over budget, and nothing is rented;
+//! - a hold lowers the GPUs the node advertises, and is released when its Pods do not come in
+//!   time (`BookingExpired`) or when its request is deleted (requests made directly, as any
+//!   ProvisioningRequest client makes them).
+//!
+//! Kueue's webhooks intercept every Job of the control plane, so this binary has this one test.
+//! Needs root (Kueue runs in a mount namespace of its own; see docs/KUEUE.md).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::{Api, Client};
+use neocloud_cloudsim::{CloudSim, CloudSimConfig, SimConfig};
+use neocloud_testenv::kueue::{
+    PROVISIONING_REQUEST_CONTROLLER, QUEUE_NAME_LABEL, provisioning_request_resource, resource,
+};
+use neocloud_testenv::{Kueue, TestContext};
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+mod support;
+use support::{free_port, http_get, metric};
+
+const CLASS: &str = "rent.cloud.aibrix.ai";
+const CONSUME: &str = "autoscaling.x-k8s.io/consume-provisioning-request";
+/// RunPod's price of one A40, per GPU-hour, in the simulator's market.
+const A40: f64 = 0.40;
+
+struct Rig {
+    ctx: TestContext,
+    kueue: Kueue,
+    sims: CloudSim,
+    node: String,
+    dir: tempfile::TempDir,
+    metrics_port: u16,
+    process: Option<Child>,
+}
+
+/// RunPod with one offer: A40s in CA-MTL-1 at $0.40/h, eight of them; the other two clouds
+/// offer nothing the test uses (they are not enabled on the node).
+async fn sims() -> CloudSim {
+    let offers = serde_json::from_value(json!([{"gpu": "NVIDIA A40", "gpu_count": 8,
+        "gpu_memory_gb": 48, "region": "CA-MTL-1", "price_per_hour": A40, "capacity": 8,
+        "cloud": "SECURE"}]))
+    .unwrap();
+    let runpod = SimConfig {
+        offers: Some(offers),
+        ..SimConfig::fast()
+    };
+    CloudSim::start(CloudSimConfig {
+        runpod,
+        lambda: SimConfig::fast(),
+        vast: SimConfig::fast(),
+    })
+    .await
+    .unwrap()
+}
+
+impl Rig {
+    async fn start() -> Rig {
+        let ctx = TestContext::new("kueue-adm").await;
+        let kueue = Kueue::start(ctx.control_plane)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let node = format!("neocloud-{}", ctx.namespace);
+        Rig {
+            ctx,
+            kueue,
+            sims: sims().await,
+            node,
+            dir: tempfile::tempdir().unwrap(),
+            metrics_port: free_port(),
+            process: None,
+        }
+    }
+
+    /// (Re)starts the node with a cluster budget of `budget` USD per hour.
+    async fn run_node(&mut self, budget: f64) {
+        if let Some(mut old) = self.process.take() {
+            old.kill().await.unwrap();
+        }
+        let yaml = format!(
+            "clusterId: kueuetest\n\
+             node: {{name: {node}, leaseRenewSeconds: 1, kubeletPort: {kubelet}}}\n\
+             providers: [runpod]\n\
+             budgetUsdPerHour: {budget}\n\
+             installCrds: true\n\
+             metricsAddress: 127.0.0.1:{port}\n\
+             healthIntervalSeconds: 1\n\
+             leaderElection: {{namespace: {ns}, leaseDurationSeconds: 2, renewGraceSeconds: 1}}\n\
+             reconciler: {{pollIntervalMs: 300, retryIntervalMs: 1000}}\n\
+             sweeper: {{intervalSeconds: 3600, graceSeconds: 3600}}\n\
+             provisioning: {{enabled: true, bookingSeconds: 600}}\n",
+            node = self.node,
+            ns = self.ctx.namespace,
+            kubelet = free_port(),
+            port = self.metrics_port,
+        );
+        let config = self.dir.path().join("node.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
+            .args(["run", "--config"])
+            .arg(&config)
+            .env("KUBECONFIG", self.ctx.control_plane.admin_kubeconfig())
+            .env("RUNPOD_API_KEY", self.sims.runpod.api_key())
+            .env("RUNPOD_API_BASE_URL", self.sims.runpod.base_url())
+            .env(
+                "RUST_LOG",
+                std::env::var("NEOCLOUD_TEST_NODE_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        self.process = Some(child);
+        // Ready once it leads and its caches are synced.
+        self.wait("the node ready", 120, async || {
+            http_get(self.metrics_port, "/readyz")
+                .starts_with("HTTP/1.1 200")
+                .then_some(())
+        })
+        .await;
+        // The scheduler places Pods on it only once it advertises GPUs.
+        self.wait("the node advertising GPUs", 60, async || {
+            (self.gpus().await? != "0").then_some(())
+        })
+        .await;
+    }
+
+    /// The GPUs the node advertises (`status.allocatable`).
+    async fn gpus(&self) -> Option<String> {
+        let node = Api::<Node>::all(self.client()).get(&self.node).await.ok()?;
+        Some(node.status?.allocatable?.get("nvidia.com/gpu")?.0.clone())
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("node.log")
+    }
+
+    fn client(&self) -> Client {
+        self.ctx.client.clone()
+    }
+
+    /// Waits up to `seconds` for `check` to return something; panics with the node's and
+    /// Kueue's logs otherwise.
+    async fn wait<T>(
+        &self,
+        what: &str,
+        seconds: u64,
+        mut check: impl AsyncFnMut() -> Option<T>,
+    ) -> T {
+        for _ in 0..seconds * 10 {
+            if let Some(v) = check().await {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{what} did not happen within {seconds}s");
+    }
+
+    fn api(&self, kind: &str, plural: &str) -> Api<DynamicObject> {
+        Api::all_with(self.client(), &resource(kind, plural))
+    }
+
+    fn namespaced(&self, kind: &str, plural: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client(), &self.ctx.namespace, &resource(kind, plural))
+    }
+
+    fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.client(), &self.ctx.namespace)
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client(), &self.ctx.namespace)
+    }
+
+    fn requests(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client(),
+            &self.ctx.namespace,
+            &provisioning_request_resource(),
+        )
+    }
+
+    async fn create(&self, api: &Api<DynamicObject>, object: Value) {
+        let object: DynamicObject = serde_json::from_value(object).unwrap();
+        let name = object.metadata.name.clone().unwrap();
+        api.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+
+    /// The Workload Kueue made for Job `job`.
+    async fn workload_of(&self, job: &str) -> String {
+        self.wait(&format!("a Workload for job {job}"), 60, async || {
+            let list = self
+                .namespaced("Workload", "workloads")
+                .list(&ListParams::default())
+                .await
+                .ok()?;
+            list.items.into_iter().find_map(|w| {
+                let owners = w.metadata.owner_references.as_deref().unwrap_or_default();
+                owners
+                    .iter()
+                    .any(|o| o.kind == "Job" && o.name == job)
+                    .then(|| w.metadata.name.clone().unwrap())
+            })
+        })
+        .await
+    }
+
+    /// The held budget the node's metrics report.
+    fn held(&self) -> f64 {
+        let body = http_get(self.metrics_port, "/metrics");
+        metric(&body, "neocloud_provisioning_held_usd_per_hour")
+            .unwrap_or_else(|| panic!("no held-budget gauge in:\n{body}"))
+    }
+
+    /// The ResourceFlavor of the virtual node, the check, and a ClusterQueue `burst` (16 GPUs
+    /// of quota: only the check limits what is admitted) with its LocalQueue.
+    async fn queue(&self) {
+        let flavor = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "metadata": {"name": "neocloud-burst"},
+        "spec": {
+            "nodeLabels": {"kubernetes.io/hostname": self.node},
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists",
+                "effect": "NoSchedule"}],
+        }});
+        self.create(&self.api("ResourceFlavor", "resourceflavors"), flavor)
+            .await;
+        let config = json!({"apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ProvisioningRequestConfig", "metadata": {"name": "rent"},
+            "spec": {"provisioningClassName": CLASS, "managedResources": ["nvidia.com/gpu"]}});
+        let configs = self.api("ProvisioningRequestConfig", "provisioningrequestconfigs");
+        self.create(&configs, config).await;
+        let check = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+            "metadata": {"name": "rent"},
+            "spec": {"controllerName": PROVISIONING_REQUEST_CONTROLLER,
+                "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig",
+                    "name": "rent"}}});
+        let checks = self.api("AdmissionCheck", "admissionchecks");
+        self.create(&checks, check).await;
+        self.wait("admission check rent Active", 60, async || {
+            let c = checks.get("rent").await.ok()?;
+            is_true(&c, "Active").then_some(())
+        })
+        .await;
+        let queue = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": "burst"},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [{
+                "name": "neocloud-burst",
+                "resources": [{"name": "cpu", "nominalQuota": "100"},
+                    {"name": "nvidia.com/gpu", "nominalQuota": "16"}],
+            }]}],
+            "admissionChecksStrategy": {"admissionChecks": [
+                {"name": "rent", "onFlavors": ["neocloud-burst"]}]},
+        }});
+        self.create(&self.api("ClusterQueue", "clusterqueues"), queue)
+            .await;
+        let local = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": "burst", "namespace": self.ctx.namespace},
+            "spec": {"clusterQueue": "burst"}});
+        self.create(&self.namespaced("LocalQueue", "localqueues"), local)
+            .await;
+    }
+
+    /// A Job of `pods` Pods of one A40 each, queued in `burst`.
+    async fn job(&self, name: &str, pods: u32) {
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {QUEUE_NAME_LABEL: "burst"}},
+            "spec": {
+                "parallelism": pods, "completions": pods,
+                "template": {
+                    "metadata": {"annotations": {"cloud.aibrix.ai/gpu-type": "A40"}},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "train", "image": "registry.invalid/train:1",
+                            "resources": {"requests": {"cpu": "1"},
+                                "limits": {"nvidia.com/gpu": "1"}}}],
+                    },
+                },
+            },
+        }))
+        .unwrap();
+        self.jobs()
+            .create(&PostParams::default(), &job)
+            .await
+            .unwrap_or_else(|e| panic!("create job {name}: {e}"));
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(80).collect();
+            eprintln!("\n----- node (last 80 lines) -----");
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+            eprintln!(
+                "\n----- kueue (last 60 lines) -----\n{}",
+                self.kueue.log_tail(60)
+            );
+        }
+    }
+}
+
+fn condition<'a>(object: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
+    object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn is_true(object: &DynamicObject, type_: &str) -> bool {
+    condition(object, type_).is_some_and(|c| c["status"] == "True")
+}
+
+/// The state and message of admission check `rent` on a Workload.
+fn check(workload: &DynamicObject) -> (String, String) {
+    let states = workload.data["status"]["admissionChecks"].as_array();
+    let rent = states.and_then(|s| s.iter().find(|c| c["name"] == "rent"));
+    let field = |f: &str| {
+        rent.and_then(|c| c[f].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (field("state"), field("message"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kueue_admits_a_job_only_when_the_node_holds_the_budget_of_all_its_pods() {
+    let mut rig = Rig::start().await;
+    // Ten A40s' worth ($4.00/h): four held still leave GPUs advertised for the Pods to be scheduled.
+    rig.run_node(4.0).await;
+    rig.queue().await;
+
+    a_four_pod_job_is_admitted_and_each_pod_is_rented_once(&rig).await;
+    deleting_the_job_leaves_no_hold_and_no_instance(&rig).await;
+    // Three A40s' worth.
+    rig.run_node(1.2).await;
+    under_a_budget_for_three_a_four_pod_job_is_not_admitted_and_nothing_is_rented(&rig).await;
+    a_hold_lowers_the_advertised_gpus_and_is_released_by_expiry_or_deletion(&rig).await;
+}
+
+async fn a_four_pod_job_is_admitted_and_each_pod_is_rented_once(rig: &Rig) {
+    rig.job("train", 4).await;
+    let wl = rig.workload_of("train").await;
+    let workloads = rig.namespaced("Workload", "workloads");
+    let admitted = rig
+        .wait("the 4-Pod Workload admitted", 120, async || {
+            let w = workloads.get(&wl).await.ok()?;
+            is_true(&w, "Admitted").then_some(w)
+        })
+        .await;
+    let (state, message) = check(&admitted);
+    eprintln!("admission check rent: {state}: {message}");
+    assert_eq!(state, "Ready");
+    assert!(
+        message.contains("held for 4 pods on runpod CA-MTL-1: 4x A40 at $0.4000/h"),
+        "{message}"
+    );
+    let request = rig.requests().get(&format!("{wl}-rent-1")).await.unwrap();
+    let details = &request.data["status"]["provisioningClassDetails"];
+    assert_eq!(details["Provider"], "runpod", "{details}");
+    assert_eq!(details["NodeName"], rig.node.as_str(), "{details}");
+
+    let pods = rig
+        .wait("4 Pods Running on the virtual node", 120, async || {
+            let list = rig.pods().list(&ListParams::default()).await.ok()?;
+            let running: Vec<Pod> = list
+                .items
+                .into_iter()
+                .filter(|p| {
+                    let on_node = p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                        == Some(rig.node.as_str());
+                    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                    on_node && phase == Some("Running")
+                })
+                .collect();
+            (running.len() == 4).then_some(running)
+        })
+        .await;
+    for p in &pods {
+        let consumed = p.metadata.annotations.as_ref().and_then(|a| a.get(CONSUME));
+        assert_eq!(
+            consumed.map(String::as_str),
+            Some(format!("{wl}-rent-1").as_str())
+        );
+    }
+    let ledger = rig.sims.runpod.ledger();
+    eprintln!(
+        "runpod ledger after admission: {} rentals",
+        ledger.entries.len()
+    );
+    assert_eq!(ledger.entries.len(), 4, "{ledger:?}");
+    assert_eq!(ledger.live().len(), 4, "{ledger:?}");
+    for e in &ledger.entries {
+        assert!((e.price_per_hour - A40).abs() < 1e-9, "{e:?}");
+    }
+    // Every Pod took its hold: nothing is held any more.
+    rig.wait("the held budget taken by the Pods", 30, async || {
+        (rig.held() == 0.0).then_some(())
+    })
+    .await;
+}
+
+async fn deleting_the_job_leaves_no_hold_and_no_instance(rig: &Rig) {
+    rig.jobs()
+        .delete("train", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    rig.wait("the Job's Pods gone", 120, async || {
+        let list = rig.pods().list(&ListParams::default()).await.ok()?;
+        list.items.is_empty().then_some(())
+    })
+    .await;
+    rig.wait("every instance terminated", 60, async || {
+        rig.sims.runpod.ledger().live().is_empty().then_some(())
+    })
+    .await;
+    let ledger = rig.sims.runpod.ledger();
+    eprintln!(
+        "runpod ledger after deletion: {} rentals, {} live",
+        ledger.entries.len(),
+        ledger.live().len()
+    );
+    assert_eq!(
+        ledger.entries.len(),
+        4,
+        "no rental after deletion: {ledger:?}"
+    );
+    assert_eq!(rig.held(), 0.0);
+    let body = http_get(rig.metrics_port, "/metrics");
+    assert_eq!(
+        metric(&body, "neocloud_budget_in_flight_usd_per_hour"),
+        Some(0.0)
+    );
+}
+
+async fn under_a_budget_for_three_a_four_pod_job_is_not_admitted_and_nothing_is_rented(rig: &Rig) {
+    let before = rig.sims.runpod.ledger().entries.len();
+    rig.job("big", 4).await;
+    let wl = rig.workload_of("big").await;
+    let workloads = rig.namespaced("Workload", "workloads");
+    let (state, message) = rig
+        .wait("the Workload's check saying over budget", 120, async || {
+            let w = workloads.get(&wl).await.ok()?;
+            let (state, message) = check(&w);
+            message.contains("over budget").then_some((state, message))
+        })
+        .await;
+    eprintln!("admission check rent: {state}: {message}");
+    assert!(
+        message.contains("cluster budget of $1.2000/h would be exceeded")
+            && message.contains("$1.6000/h requested")
+            && message.contains("for 4 pods on runpod CA-MTL-1"),
+        "{message}"
+    );
+    let request = rig.requests().get(&format!("{wl}-rent-1")).await.unwrap();
+    assert!(is_true(&request, "Failed"), "{:?}", request.data["status"]);
+    assert_eq!(
+        condition(&request, "Failed").unwrap()["reason"],
+        "OverBudget"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let w = workloads.get(&wl).await.unwrap();
+    assert!(!is_true(&w, "Admitted"), "{:?}", w.data["status"]);
+    let job = rig.jobs().get("big").await.unwrap();
+    assert_eq!(
+        job.spec.unwrap().suspend,
+        Some(true),
+        "not admitted, still suspended"
+    );
+    let ledger = rig.sims.runpod.ledger();
+    eprintln!(
+        "runpod ledger after the over-budget Job: {} rentals, {} live",
+        ledger.entries.len(),
+        ledger.live().len()
+    );
+    assert_eq!(ledger.entries.len(), before, "nothing rented: {ledger:?}");
+    assert!(ledger.live().is_empty(), "{ledger:?}");
+    assert_eq!(rig.held(), 0.0, "nothing held for a refused request");
+}
+
+/// A request of the node's class for `pods` Pods of one A40, made directly with its PodTemplate.
+async fn direct_request(rig: &Rig, name: &str, pods: u32, valid_seconds: u32) {
+    let template: PodTemplate = serde_json::from_value(json!({
+        "metadata": {"name": format!("ppt-{name}")},
+        "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "train", "image": "registry.invalid/train:1",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+    }))
+    .unwrap();
+    Api::<PodTemplate>::namespaced(rig.client(), &rig.ctx.namespace)
+        .create(&PostParams::default(), &template)
+        .await
+        .unwrap();
+    let request = json!({"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "metadata": {"name": name, "namespace": rig.ctx.namespace},
+        "spec": {"provisioningClassName": CLASS,
+            "podSets": [{"podTemplateRef": {"name": format!("ppt-{name}")}, "count": pods}],
+            "parameters": {"ValidUntilSeconds": valid_seconds.to_string()}}});
+    rig.create(&rig.requests(), request).await;
+}
+
+async fn a_hold_lowers_the_advertised_gpus_and_is_released_by_expiry_or_deletion(rig: &Rig) {
+    let before = rig.sims.runpod.ledger().entries.len();
+    // $1.20/h buys three A40s; two held leave one.
+    rig.wait("three GPUs advertised", 30, async || {
+        (rig.gpus().await? == "3").then_some(())
+    })
+    .await;
+    direct_request(rig, "lapse", 2, 6).await;
+    rig.wait("lapse Provisioned", 30, async || {
+        let r = rig.requests().get("lapse").await.ok()?;
+        is_true(&r, "Provisioned").then_some(())
+    })
+    .await;
+    assert!((rig.held() - 2.0 * A40).abs() < 1e-9, "{}", rig.held());
+    rig.wait("one GPU advertised while two are held", 30, async || {
+        (rig.gpus().await? == "1").then_some(())
+    })
+    .await;
+    let expired = rig
+        .wait("lapse BookingExpired", 30, async || {
+            let r = rig.requests().get("lapse").await.ok()?;
+            is_true(&r, "BookingExpired").then_some(r)
+        })
+        .await;
+    eprintln!(
+        "BookingExpired: {}",
+        condition(&expired, "BookingExpired").unwrap()["message"]
+    );
+    assert_eq!(rig.held(), 0.0, "the lapsed booking is released");
+    rig.wait("three GPUs advertised again", 30, async || {
+        (rig.gpus().await? == "3").then_some(())
+    })
+    .await;
+
+    direct_request(rig, "dropped", 2, 600).await;
+    rig.wait("dropped Provisioned", 30, async || {
+        let r = rig.requests().get("dropped").await.ok()?;
+        is_true(&r, "Provisioned").then_some(())
+    })
+    .await;
+    assert!((rig.held() - 2.0 * A40).abs() < 1e-9, "{}", rig.held());
+    rig.requests()
+        .delete("dropped", &DeleteParams::default())
+        .await
+        .unwrap();
+    rig.wait("the deleted request's hold released", 30, async || {
+        (rig.held() == 0.0).then_some(())
+    })
+    .await;
+    let ledger = rig.sims.runpod.ledger();
+    assert_eq!(
+        ledger.entries.len(),
+        before,
+        "holding rents nothing: {ledger:?}"
+    );
+}
