@@ -7,7 +7,8 @@
 //! - deleting it leaves no hold (metric) and no instance (ledger);
 //! - under a budget that pays for three, a 4-Pod Job is not admitted, the Workload's check says
 //!   over budget, and nothing is rented;
-//! - a hold lowers the GPUs the node advertises, and is released when its Pods do not come in
+//! - a hold keeps its GPUs advertised for its Pods but its budget from other requests, and is
+//!   released when its Pods do not come in
 //!   time (`BookingExpired`) or when its request is deleted (requests made directly, as any
 //!   ProvisioningRequest client makes them).
 //!
@@ -351,8 +352,9 @@ fn check(workload: &DynamicObject) -> (String, String) {
 #[tokio::test(flavor = "multi_thread")]
 async fn kueue_admits_a_job_only_when_the_node_holds_the_budget_of_all_its_pods() {
     let mut rig = Rig::start().await;
-    // Ten A40s' worth ($4.00/h): four held still leave GPUs advertised for the Pods to be scheduled.
-    rig.run_node(4.0).await;
+    // Exactly four A40s' worth ($1.60/h): the held budget stays advertised for the Job's own
+    // Pods, and once they run their GPUs stay counted (the scheduler subtracts them).
+    rig.run_node(1.6).await;
     rig.queue().await;
 
     a_four_pod_job_is_admitted_and_each_pod_is_rented_once(&rig).await;
@@ -360,7 +362,7 @@ async fn kueue_admits_a_job_only_when_the_node_holds_the_budget_of_all_its_pods(
     // Three A40s' worth.
     rig.run_node(1.2).await;
     under_a_budget_for_three_a_four_pod_job_is_not_admitted_and_nothing_is_rented(&rig).await;
-    a_hold_lowers_the_advertised_gpus_and_is_released_by_expiry_or_deletion(&rig).await;
+    a_hold_keeps_its_gpus_for_its_pods_and_is_released_by_expiry_or_deletion(&rig).await;
 }
 
 async fn a_four_pod_job_is_admitted_and_each_pod_is_rented_once(rig: &Rig) {
@@ -524,9 +526,10 @@ async fn direct_request(rig: &Rig, name: &str, pods: u32, valid_seconds: u32) {
     rig.create(&rig.requests(), request).await;
 }
 
-async fn a_hold_lowers_the_advertised_gpus_and_is_released_by_expiry_or_deletion(rig: &Rig) {
+async fn a_hold_keeps_its_gpus_for_its_pods_and_is_released_by_expiry_or_deletion(rig: &Rig) {
     let before = rig.sims.runpod.ledger().entries.len();
-    // $1.20/h buys three A40s; two held leave one.
+    // $1.20/h buys three A40s; two held stay advertised (for the request's Pods), but the
+    // budget they hold is not another request's.
     rig.wait("three GPUs advertised", 30, async || {
         (rig.gpus().await? == "3").then_some(())
     })
@@ -538,10 +541,25 @@ async fn a_hold_lowers_the_advertised_gpus_and_is_released_by_expiry_or_deletion
     })
     .await;
     assert!((rig.held() - 2.0 * A40).abs() < 1e-9, "{}", rig.held());
-    rig.wait("one GPU advertised while two are held", 30, async || {
-        (rig.gpus().await? == "1").then_some(())
-    })
-    .await;
+    direct_request(rig, "greedy", 2, 600).await;
+    let refused = rig
+        .wait("greedy Failed", 30, async || {
+            let r = rig.requests().get("greedy").await.ok()?;
+            is_true(&r, "Failed").then_some(r)
+        })
+        .await;
+    let failed = condition(&refused, "Failed").unwrap();
+    assert_eq!(failed["reason"], "OverBudget", "{failed}");
+    rig.requests()
+        .delete("greedy", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        rig.gpus().await.as_deref(),
+        Some("3"),
+        "held GPUs stay advertised"
+    );
     let expired = rig
         .wait("lapse BookingExpired", 30, async || {
             let r = rig.requests().get("lapse").await.ok()?;

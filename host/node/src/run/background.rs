@@ -12,14 +12,23 @@ use neocloud_broker::Renter;
 use neocloud_core::{CapacityType, InstancePhase, OfferQuery, ProviderId};
 use tokio::sync::watch;
 
-use super::gpus_within_budget;
+use super::capacity::{advertised_gpus, bound_gpus};
 use crate::metrics::Metrics;
+use crate::provisioning::Holds;
 use crate::reconcile::Reconciler;
 use crate::vnode::Health;
 
-/// Checks every provider's health and what GPUs the catalog and the budget allow, and publishes
-/// the node's health (the Node status applies its ceiling on top).
-pub async fn check_health(renter: Renter, every: Duration, tx: watch::Sender<Health>) {
+/// Checks every provider's health and what GPUs the catalog and the budget allow (beside the
+/// GPUs of the Pods `reconciler` has bound, and counting what `holds` keeps for
+/// ProvisioningRequests as buyable; see `capacity`), and publishes the node's health (the Node
+/// status applies its ceiling on top).
+pub async fn check_health(
+    renter: Renter,
+    every: Duration,
+    tx: watch::Sender<Health>,
+    reconciler: Arc<Reconciler>,
+    holds: Option<Arc<Holds>>,
+) {
     let any_gpu = OfferQuery {
         gpu_models: Vec::new(),
         gpu_count: 1,
@@ -41,8 +50,12 @@ pub async fn check_health(renter: Renter, every: Duration, tx: watch::Sender<Hea
         let remaining = budget
             .cap_usd_per_hour()
             .map(|cap| cap - budget.running_usd_per_hour() - budget.in_flight_usd_per_hour());
+        let bound = reconciler
+            .caches()
+            .map_or(0, |c| bound_gpus(c.pods.state().iter().map(|p| &**p)));
+        let held = holds.as_ref().map_or(0.0, |h| h.usd_per_hour());
         let gpus = if healthy {
-            gpus_within_budget(&view.offers, remaining)
+            advertised_gpus(&view.offers, bound, remaining, held)
         } else {
             0
         };

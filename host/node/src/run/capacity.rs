@@ -1,8 +1,50 @@
 //! How many GPUs the node advertises (`nvidia.com/gpu`): none when no provider offers any,
-//! otherwise as many as the remaining cluster budget buys at the cheapest price per GPU on
-//! offer. The node's configured ceiling is applied on top (in the Node status).
+//! otherwise the GPUs of the Pods already bound to it (the scheduler subtracts those from what
+//! the node advertises, and the budget already pays for the ones that run) plus as many as the
+//! rest of the cluster budget buys at the cheapest price per GPU on offer. Budget held for a
+//! ProvisioningRequest counts as buyable here: it is held for the request's own Pods, which the
+//! scheduler must still be able to place. The node's configured ceiling is applied on top (in
+//! the Node status).
 
+use k8s_openapi::api::core::v1::Pod;
 use neocloud_core::Offer;
+use neocloud_core::translate::GPU_RESOURCE;
+
+/// What the node advertises: `bound` GPUs of its Pods, plus what `remaining_usd_per_hour` and
+/// `held_usd_per_hour` buy (see the module doc); 0 without offers.
+pub fn advertised_gpus(
+    offers: &[Offer],
+    bound: u32,
+    remaining_usd_per_hour: Option<f64>,
+    held_usd_per_hour: f64,
+) -> u32 {
+    let buyable = gpus_within_budget(
+        offers,
+        remaining_usd_per_hour.map(|r| r + held_usd_per_hour),
+    );
+    if buyable == 0 && offers.iter().all(|o| o.gpu_count == 0) {
+        return 0;
+    }
+    buyable.saturating_add(bound)
+}
+
+/// The GPUs the scheduler counts against the node for `pods` (bound to it): the
+/// `nvidia.com/gpu` limits, or requests, of the containers of those that have not ended.
+pub fn bound_gpus<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> u32 {
+    pods.into_iter()
+        .filter(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            !matches!(phase, Some("Succeeded" | "Failed"))
+        })
+        .flat_map(|p| p.spec.iter().flat_map(|s| s.containers.iter()))
+        .filter_map(|c| {
+            let r = c.resources.as_ref()?;
+            let q = r.limits.as_ref().and_then(|l| l.get(GPU_RESOURCE));
+            let q = q.or_else(|| r.requests.as_ref()?.get(GPU_RESOURCE))?;
+            q.0.trim().parse::<u32>().ok()
+        })
+        .fold(0u32, u32::saturating_add)
+}
 
 /// GPUs rentable now: 0 without offers; without a budget, `u32::MAX` (the ceiling decides);
 /// with one, what `remaining_usd_per_hour` buys at the cheapest USD per GPU-hour.
@@ -69,6 +111,39 @@ mod tests {
         assert_eq!(gpus_within_budget(&offers, Some(0.49)), 0);
         assert_eq!(gpus_within_budget(&offers, Some(-1.0)), 0);
         assert_eq!(gpus_within_budget(&offers, None), u32::MAX);
+    }
+
+    fn pod(gpus: &str, phase: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "spec": {"containers": [{"name": "main",
+                "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_gpus_of_bound_pods_are_advertised_beside_what_the_rest_of_the_budget_buys() {
+        // $1.60/h buys four A40s; two run ($0.80 spent) and stay counted, as the scheduler
+        // subtracts them: four in all, two free. Counting only what the rest buys (2) would
+        // leave the scheduler none.
+        let offers = [offer(1, 0.4)];
+        let pods = [
+            pod("1", "Running"),
+            pod("1", "Pending"),
+            pod("2", "Succeeded"),
+        ];
+        let bound = bound_gpus(&pods);
+        assert_eq!(bound, 2, "an ended Pod's GPUs are free");
+        assert_eq!(advertised_gpus(&offers, bound, Some(1.6 - 0.8), 0.0), 4);
+        // Two held for a ProvisioningRequest's Pods stay advertised for them.
+        assert_eq!(advertised_gpus(&offers, 0, Some(1.6 - 0.8), 0.8), 4);
+        // No offers: nothing, whatever is bound.
+        assert_eq!(advertised_gpus(&[], 2, Some(10.0), 0.0), 0);
+        // Without a budget: the ceiling decides.
+        assert_eq!(advertised_gpus(&offers, 2, None, 0.0), u32::MAX);
+        // Spent past the cap (an adopted instance): the bound GPUs only.
+        assert_eq!(advertised_gpus(&offers, 3, Some(-0.4), 0.0), 3);
     }
 
     #[test]

@@ -19,7 +19,7 @@ mod startup;
 mod supervise;
 mod vm;
 
-pub use capacity::gpus_within_budget;
+pub use capacity::{advertised_gpus, bound_gpus, gpus_within_budget};
 pub use cluster::IDENTITY_NAMESPACE;
 pub use config::{
     FakeSettings, LeaderElection, ProvisioningSettings, ReconcilerSettings, RunConfig,

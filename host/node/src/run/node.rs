@@ -33,14 +33,6 @@ pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<()>
     node.providers = s.ids.iter().map(|p| p.as_str().to_owned()).collect();
     let health = register(s, &node).await?;
     let renter = rebuilt_renter(cfg, s, &node).await?;
-    s.tasks.spawn(
-        "health",
-        check_health(
-            renter.clone(),
-            Duration::from_secs(cfg.health_interval_seconds),
-            health,
-        ),
-    );
     let runners = match &cfg.runner {
         Some(settings) => {
             let (server, runners, events) = settings
@@ -77,6 +69,16 @@ pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<()>
     let holds = (cfg.provisioning.enabled).then(|| Holds::new(Some(Arc::clone(&s.metrics))));
     let pieces = (renter.clone(), runners.clone(), relays, holds.clone());
     let reconciler = reconciler(cfg, s, &node, pieces)?;
+    s.tasks.spawn(
+        "health",
+        check_health(
+            renter.clone(),
+            Duration::from_secs(cfg.health_interval_seconds),
+            health,
+            Arc::clone(&reconciler),
+            holds.clone(),
+        ),
+    );
     let (synced_tx, synced_rx) = oneshot::channel();
     s.tasks
         .spawn("reconciler", Arc::clone(&reconciler).run(Some(synced_tx)));
