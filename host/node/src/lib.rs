@@ -13,7 +13,8 @@ pub mod vnode;
 // The controllers and the BurstPolicy controller live in their own crates; these paths stay
 // for callers.
 pub use neocloud_burst_policy as policies;
-pub use neocloud_controller::{egress, naming, provisioning, reconcile, runtime};
+pub use neocloud_controller::{egress, holds, naming, reconcile, runtime};
+pub use neocloud_provisioning as provisioning;
 
 // Metrics and traces live in their own crate; these paths stay for callers.
 pub use neocloud_telemetry::{metrics, telemetry};

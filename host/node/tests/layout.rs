@@ -122,8 +122,13 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "neocloud-kube-target",
         ],
     ),
-    // The Pod and binding controllers: below the binary that wires them.
-    ("neocloud-controller", &["neocloud-node"]),
+    // The Pod and binding controllers: below the binary that wires them, and below the
+    // ProvisioningRequest controller, which holds the budget they take.
+    (
+        "neocloud-controller",
+        &["neocloud-node", "neocloud-provisioning"],
+    ),
+    ("neocloud-provisioning", &["neocloud-node"]),
 ];
 
 /// Crates only tests may use: a dev-dependency of anything, a normal dependency of nothing (so
@@ -292,6 +297,7 @@ fn a_forbidden_edge_deep_in_a_made_up_graph_is_reported_with_its_path() {
         "neocloud-telemetry",
         "neocloud-burst-policy",
         "neocloud-controller",
+        "neocloud-provisioning",
     ] {
         graph.entry(name.into()).or_default();
     }

@@ -105,7 +105,7 @@ pub struct ReconcilerConfig {
     pub relays: Option<Arc<Relays>>,
     /// The budget held for admitted ProvisioningRequests, which their Pods take; `None`: the
     /// node serves no ProvisioningRequest class.
-    pub holds: Option<Arc<crate::provisioning::Holds>>,
+    pub holds: Option<Arc<crate::holds::Holds>>,
 }
 
 impl ReconcilerConfig {

@@ -220,7 +220,7 @@ impl Reconciler {
         // in (see `crate::provisioning`).
         let held = self.cfg.holds.as_ref().and_then(|h| h.take_for(pod));
         let planner = match held {
-            Some(place) => crate::provisioning::prefer(planner, place),
+            Some(place) => crate::holds::prefer(planner, place),
             None => planner,
         };
         let broker = Broker {

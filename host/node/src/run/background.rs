@@ -14,9 +14,9 @@ use tokio::sync::watch;
 
 use super::capacity::{advertised_gpus, bound_gpus};
 use crate::metrics::Metrics;
-use crate::provisioning::Holds;
 use crate::reconcile::Reconciler;
 use crate::vnode::Health;
+use neocloud_controller::holds::Holds;
 
 /// Checks every provider's health and what GPUs the catalog and the budget allow (beside the
 /// GPUs of the Pods `reconciler` has bound, and counting what `holds` keeps for

@@ -120,8 +120,8 @@ impl ProvisioningSettings {
     }
 
     /// The controller's configuration.
-    pub fn config(&self) -> neocloud_controller::provisioning::ProvisioningConfig {
-        neocloud_controller::provisioning::ProvisioningConfig {
+    pub fn config(&self) -> neocloud_provisioning::ProvisioningConfig {
+        neocloud_provisioning::ProvisioningConfig {
             booking: Duration::from_secs(self.booking_seconds),
             ..Default::default()
         }

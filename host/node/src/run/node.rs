@@ -22,10 +22,11 @@ use super::background::{check_health, expire_receipts, gauges};
 use super::startup::Started;
 use crate::metrics;
 use crate::policies::PolicyRegistry;
-use crate::provisioning::{Holds, Provisioner};
 use crate::reconcile::{Reconciler, ReconcilerConfig, Runners};
 use crate::sweeper::Sweeper;
 use crate::vnode::{Health, Heartbeat, NodeConfig};
+use neocloud_controller::holds::Holds;
+use neocloud_provisioning::Provisioner;
 
 /// Starts everything the leader runs, as tasks of `s.tasks`; see the module documentation.
 pub(super) async fn lead(cfg: &RunConfig, s: &mut Started) -> anyhow::Result<()> {

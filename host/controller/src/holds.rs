@@ -1,10 +1,15 @@
 //! The budget held for admitted ProvisioningRequests, by request (`namespace/name`): one budget
 //! [`Reservation`] per Pod, which counts against the cluster budget as a rental in flight does
-//! (so the advertised GPUs drop with it), and the place it was planned in. A Pod that consumes
+//! (for every other request and Pod; the GPUs it pays for stay advertised for the request's own
+//! Pods, see the node's `run::capacity`), and the place it was planned in. A Pod that consumes
 //! the request takes one reservation just before it reserves its own budget, so the two never
 //! count twice.
 //!
-//! Not for renting: in this stage a hold is budget only, and the Pods rent when they arrive.
+//! Not for renting: in this stage a hold is budget only, and the Pods rent when they arrive. Not
+//! the ProvisioningRequest controller that holds (`neocloud-provisioning`): the Pod controller
+//! takes holds, so they are kept below both.
+
+mod prefer;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -15,9 +20,13 @@ use kube::ResourceExt;
 use neocloud_broker::Reservation;
 use neocloud_core::ProviderId;
 use neocloud_telemetry::metrics::Metrics;
-use parking_lot::Mutex;
 
-use super::CONSUME_ANNOTATION;
+pub use prefer::prefer;
+
+/// The annotation Kueue puts on the Pods of an admitted Workload: the ProvisioningRequest they
+/// consume, whose hold each takes.
+pub const CONSUME_ANNOTATION: &str = "autoscaling.x-k8s.io/consume-provisioning-request";
+use parking_lot::Mutex;
 
 /// Where a request's Pods were planned.
 #[derive(Debug, Clone, PartialEq, Eq)]

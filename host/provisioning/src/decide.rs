@@ -13,10 +13,10 @@ use neocloud_broker::{BudgetExceeded, Plan, PlanInput, Planner, Reservation};
 use neocloud_core::{OfferQuery, WorkloadSpec};
 
 use super::controller::Provisioner;
-use super::holds::HeldPlace;
 use super::params::{self, Parameters};
 use super::regions::{Place, PlannedSet, places};
 use super::types::ProvisioningRequest;
+use neocloud_controller::holds::HeldPlace;
 
 /// What the node says about a request.
 #[derive(Debug)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use neocloud_broker::{OfferRanker, Planner, PolicyError};
 use neocloud_core::{Attempt, Offer, WorkloadSpec};
 
-use super::holds::HeldPlace;
+use super::HeldPlace;
 
 /// What is added to the score of an offer in the held place: more than any ranking spreads its
 /// scores in practice (prices, reliabilities, CEL scores of that order).

@@ -7,13 +7,12 @@
 //! own budget.
 //!
 //! Not here: renting ahead of the Pods (the next stage), the ProvisioningRequest CRD (Kueue and
-//! cluster-autoscaler ship it), and the Pod controller (`reconcile`).
+//! cluster-autoscaler ship it), the Pod controller and the hold table it takes from
+//! (`neocloud-controller`).
 
 mod controller;
 mod decide;
-mod holds;
 pub mod params;
-mod prefer;
 pub mod regions;
 mod status;
 #[cfg(test)]
@@ -22,17 +21,13 @@ pub mod types;
 
 pub use controller::{Provisioner, ProvisioningConfig};
 pub use decide::Outcome;
-pub use holds::{HeldPlace, Holds};
-pub use prefer::prefer;
+pub use neocloud_controller::holds::{CONSUME_ANNOTATION, HeldPlace, Holds, prefer};
 pub use types::{PodSet, ProvisioningRequest, ProvisioningRequestSpec, ProvisioningRequestStatus};
 
 use kube::ResourceExt;
 
 /// The `provisioningClassName` the node serves.
 pub const CLASS: &str = "rent.cloud.aibrix.ai";
-
-/// The annotation Kueue puts on the Pods of an admitted Workload: the request they consume.
-pub const CONSUME_ANNOTATION: &str = "autoscaling.x-k8s.io/consume-provisioning-request";
 
 /// The annotation naming the consumed request's class.
 pub const CLASS_ANNOTATION: &str = "autoscaling.x-k8s.io/provisioning-class-name";

@@ -16,11 +16,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use super::decide::Outcome;
-use super::holds::Holds;
 use super::status::{self, Set};
 use super::types::ProvisioningRequest;
 use super::{CLASS, key};
-use crate::reconcile::Reconciler;
+use neocloud_controller::holds::Holds;
+use neocloud_controller::reconcile::Reconciler;
 
 /// How the controller behaves.
 #[derive(Debug, Clone)]

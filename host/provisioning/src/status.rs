@@ -80,7 +80,7 @@ pub async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provisioning::types::ProvisioningRequestStatus;
+    use crate::types::ProvisioningRequestStatus;
 
     fn set(type_: &'static str, status: bool, reason: &str) -> Set {
         Set {

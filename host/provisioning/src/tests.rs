@@ -19,8 +19,8 @@ use neocloud_testenv::TestContext;
 use serde_json::json;
 
 use super::{Holds, Outcome, Provisioner, ProvisioningConfig, ProvisioningRequest};
-use crate::naming::ClusterId;
-use crate::reconcile::{Reconciler, ReconcilerConfig};
+use neocloud_controller::naming::ClusterId;
+use neocloud_controller::reconcile::{Reconciler, ReconcilerConfig};
 use neocloud_telemetry::metrics::Metrics;
 
 struct Rig {
