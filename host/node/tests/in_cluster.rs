@@ -326,6 +326,24 @@ async fn the_shipped_manifests_run_on_a_real_node_lead_fail_over_and_burst() {
         dir,
     };
 
+    // The real node has two GPUs from the start (its capacity patched, as a device plugin would
+    // report it), so that by the bursting step the scheduler has long seen them: patched just
+    // before the trainers, a loaded scheduler once placed all four before it saw the GPUs.
+    let nodes: Api<Node> = Api::all(rig.client.clone());
+    nodes
+        .patch_status(
+            "worker-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": {"nvidia.com/gpu": "2"}}})),
+        )
+        .await
+        .unwrap();
+    rig.wait("worker-1 allocating two GPUs", 30, async || {
+        let status = nodes.get("worker-1").await.ok()?.status?;
+        (status.allocatable?.get("nvidia.com/gpu")?.0 == "2").then_some(())
+    })
+    .await;
+
     // 1. The default install, with only the image set.
     let applied = Instant::now();
     rig.apply_overlay("default", &[], "", &[]);
@@ -531,16 +549,7 @@ async fn the_shipped_manifests_run_on_a_real_node_lead_fail_over_and_burst() {
 
     // 4. Bursting: the real node has two GPUs; four GPU Pods that prefer real nodes fill it and
     // overflow onto the virtual node, as the scheduler decides.
-    let nodes: Api<Node> = Api::all(rig.client.clone());
-    nodes
-        .patch_status(
-            "worker-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"capacity": {"nvidia.com/gpu": "2"}}})),
-        )
-        .await
-        .unwrap();
-    rig.wait("worker-1 allocating two GPUs", 30, async || {
+    rig.wait("worker-1 still allocating two GPUs", 30, async || {
         let status = nodes.get("worker-1").await.ok()?.status?;
         (status.allocatable?.get("nvidia.com/gpu")?.0 == "2").then_some(())
     })
