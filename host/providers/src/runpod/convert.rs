@@ -95,14 +95,10 @@ pub(crate) fn catalog_offers(
         .flat_map(|dc| {
             let template = &template;
             prices.iter().filter_map(move |(price, is_spot)| {
-                Some(located(
-                    template,
-                    &gpu.id,
-                    cloud,
-                    &dc.id,
-                    (*price)?,
-                    *is_spot,
-                ))
+                // A price that is negative or not finite would rank first and pass every
+                // limit: no offer at it (the fuzzer found a negative spot price accepted).
+                let price = (*price).filter(|p| p.is_finite() && *p >= 0.0)?;
+                Some(located(template, &gpu.id, cloud, &dc.id, price, *is_spot))
             })
         })
         .collect()
