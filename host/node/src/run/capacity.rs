@@ -8,7 +8,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use neocloud_core::Offer;
-use neocloud_core::translate::GPU_RESOURCE;
+use neocloud_kube_target::capacity::pod_gpus;
 
 /// What the node advertises: `bound` GPUs of its Pods, plus what `remaining_usd_per_hour` and
 /// `held_usd_per_hour` buy (see the module doc); 0 without offers.
@@ -28,21 +28,16 @@ pub fn advertised_gpus(
     buyable.saturating_add(bound)
 }
 
-/// The GPUs the scheduler counts against the node for `pods` (bound to it): the
-/// `nvidia.com/gpu` limits, or requests, of the containers of those that have not ended.
+/// The GPUs the scheduler counts against the node for `pods` (bound to it): those of the Pods
+/// that have not ended, counted as the scheduler counts them (`pod_gpus`, which a remote
+/// cluster's capacity uses too).
 pub fn bound_gpus<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> u32 {
     pods.into_iter()
         .filter(|p| {
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
             !matches!(phase, Some("Succeeded" | "Failed"))
         })
-        .flat_map(|p| p.spec.iter().flat_map(|s| s.containers.iter()))
-        .filter_map(|c| {
-            let r = c.resources.as_ref()?;
-            let q = r.limits.as_ref().and_then(|l| l.get(GPU_RESOURCE));
-            let q = q.or_else(|| r.requests.as_ref()?.get(GPU_RESOURCE))?;
-            q.0.trim().parse::<u32>().ok()
-        })
+        .map(pod_gpus)
         .fold(0u32, u32::saturating_add)
 }
 
