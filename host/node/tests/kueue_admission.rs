@@ -28,10 +28,10 @@ use neocloud_testenv::kueue::{
 };
 use neocloud_testenv::{Kueue, TestContext};
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 mod support;
-use support::{free_port, http_get, metric};
+use support::{free_port, http_get, metric, node_process};
 
 const CLASS: &str = "rent.cloud.aibrix.ai";
 const CONSUME: &str = "autoscaling.x-k8s.io/consume-provisioning-request";
@@ -115,21 +115,7 @@ impl Rig {
             .append(true)
             .open(self.log_path())
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
-            .args(["run", "--config"])
-            .arg(&config)
-            .env("KUBECONFIG", self.ctx.control_plane.admin_kubeconfig())
-            .env("RUNPOD_API_KEY", self.sims.runpod.api_key())
-            .env("RUNPOD_API_BASE_URL", self.sims.runpod.base_url())
-            .env(
-                "RUST_LOG",
-                std::env::var("NEOCLOUD_TEST_NODE_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+        let child = node_process(&config, &self.ctx, &self.sims, log);
         self.process = Some(child);
         // Ready once it leads and its caches are synced.
         self.wait("the node ready", 120, async || {

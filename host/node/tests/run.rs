@@ -16,10 +16,10 @@ use neocloud_cloudsim::{CloudSim, FaultKind, FaultRule};
 use neocloud_node::crd::CloudPodBinding;
 use neocloud_testenv::TestContext;
 use serde_json::json;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 mod support;
-use support::{fast_sims, free_port, http_get};
+use support::{fast_sims, free_port, http_get, node_process};
 
 struct World {
     ctx: TestContext,
@@ -76,29 +76,7 @@ impl World {
 
     fn spawn(&self, config: &Path, log: &str) -> Child {
         let log = std::fs::File::create(self.dir.path().join(log)).unwrap();
-        Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
-            .args(["run", "--config"])
-            .arg(config)
-            .env("KUBECONFIG", self.ctx.control_plane.admin_kubeconfig())
-            .env("RUNPOD_API_KEY", self.sims.runpod.api_key())
-            .env("RUNPOD_API_BASE_URL", self.sims.runpod.base_url())
-            .env("VAST_API_KEY", self.sims.vast.api_key())
-            .env("VAST_API_BASE_URL", self.sims.vast.base_url())
-            .env("LAMBDA_API_KEY", self.sims.lambda.api_key())
-            .env("LAMBDA_API_BASE_URL", self.sims.lambda.base_url())
-            .env(
-                "LAMBDA_SSH_KEY_NAME",
-                neocloud_cloudsim::config::DEFAULT_SSH_KEY,
-            )
-            .env(
-                "RUST_LOG",
-                std::env::var("NEOCLOUD_TEST_NODE_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap()
+        node_process(config, &self.ctx, &self.sims, log)
     }
 
     fn pods(&self) -> Api<Pod> {

@@ -30,6 +30,40 @@ pub async fn fast_sims() -> CloudSim {
     .unwrap()
 }
 
+/// `neocloud-node run --config config` as a process of the test (killed when dropped), against
+/// `ctx`'s control plane and the simulators of `sims`, logging (`$NEOCLOUD_TEST_NODE_LOG`,
+/// `info` by default) to `log`.
+pub fn node_process(
+    config: &std::path::Path,
+    ctx: &TestContext,
+    sims: &CloudSim,
+    log: std::fs::File,
+) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_neocloud-node"))
+        .args(["run", "--config"])
+        .arg(config)
+        .env("KUBECONFIG", ctx.control_plane.admin_kubeconfig())
+        .env("RUNPOD_API_KEY", sims.runpod.api_key())
+        .env("RUNPOD_API_BASE_URL", sims.runpod.base_url())
+        .env("VAST_API_KEY", sims.vast.api_key())
+        .env("VAST_API_BASE_URL", sims.vast.base_url())
+        .env("LAMBDA_API_KEY", sims.lambda.api_key())
+        .env("LAMBDA_API_BASE_URL", sims.lambda.base_url())
+        .env(
+            "LAMBDA_SSH_KEY_NAME",
+            neocloud_cloudsim::config::DEFAULT_SSH_KEY,
+        )
+        .env(
+            "RUST_LOG",
+            std::env::var("NEOCLOUD_TEST_NODE_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
 /// The adapters, one per simulator.
 pub struct SimProviders {
     pub runpod: Arc<RunpodProvider>,
