@@ -135,7 +135,7 @@ async fn a_running_runner_carries_on_with_the_next_leader_without_being_lost() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut new = cluster.lead(port).await;
     let handle = new.server.handle();
-    handle.adopt("uid-1", 1, shell(script), Some(RunnerState::Running));
+    handle.adopt("uid-1", 1, shell(script), Some(RunnerState::Running), None);
     assert_eq!(
         new.state().await,
         (RunnerState::Exited, Some(4)),
@@ -171,7 +171,7 @@ async fn a_runner_that_boots_after_the_leader_changed_gets_in_with_its_credentia
     let mut new = cluster.lead(0).await;
     new.server
         .handle()
-        .adopt("uid-2", 1, shell("echo up"), None);
+        .adopt("uid-2", 1, shell("echo up"), None, None);
     let child = cluster.runner(new.port(), &token, &credential);
     assert_eq!(new.state().await, (RunnerState::Starting, None));
     assert_eq!(new.state().await, (RunnerState::Running, None));

@@ -3,7 +3,7 @@
 //! Pod through it, and adopting, after a restart or a leader change, the runner of a Pod an
 //! earlier process rented.
 //!
-//! Not the runner's state or its reports ([`super::runners`]).
+//! Not booting or following runners ([`super::runners`]), nor their state (the callback's).
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;

@@ -10,8 +10,11 @@
 //! Each boot is a new rental of the binding: it takes the next number (the binding's
 //! `status.runnerRental`, written before the instance is rented) and the callback believes only
 //! that rental's runner from then on, so the runner of a replaced or lost machine that comes back
-//! cannot end, log into, or take sessions of its successor; events of any other rental are
-//! ignored here too.
+//! cannot end, log into, or take sessions of its successor.
+//!
+//! What a runner said is kept in one place, the callback's table (`neocloud_remote::callback`,
+//! module `runner`), which its calls write and [`Runners::status`] reads; the callback's events
+//! only trigger the Pod's reconcile. This module keeps which Pod a binding is and what it mounts.
 //!
 //! After a restart or a leader change, a Pod whose instance an earlier process rented is
 //! adopted the first time it is mirrored, with the rental its binding names: its workload is
@@ -22,9 +25,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
@@ -37,63 +39,20 @@ use super::files::{self, PodFiles};
 use super::runner_workload::{container_runner, workload};
 use neocloud_protocol::ProbeStatus;
 use neocloud_remote::callback::{
-    CallbackError, CallbackHandle, RunnerEvent, RunnerEventKind, RunnerState, Termination,
+    CallbackError, CallbackHandle, RunnerEvent, RunnerEventKind, RunnerState,
 };
+pub use neocloud_remote::callback::{InPlace, RunnerStatus};
 use neocloud_remote::callback::{UserDataOptions, render_container_start, render_user_data};
 
-/// What the node knows of a binding's runner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunnerStatus {
-    /// Registered; the runner has not reported yet (the VM is booting).
-    Booting,
-    /// The runner has the workload and is starting it.
-    Starting,
-    /// The workload runs.
-    Running,
-    /// The workload ended with this code, and the node applies the restart policy (an older
-    /// runner, which does not restart in place).
-    Exited(i32),
-    /// The workload ended with this code for good: the runner applied the restart policy
-    /// itself and does not run it again.
-    Finished(i32),
-    /// The workload ended and the runner restarts it in place after a back-off
-    /// ([`Runners::in_place`] says how it ended and how long the wait is).
-    BackOff,
-    /// The runner authenticated, then stopped sending heartbeats.
-    Lost,
-    /// The runner never called back within the boot timeout (its bootstrap token expired).
-    NeverCalled,
-}
-
+/// Which Pod a followed binding is and what it mounts: for the reports' triggers and the files'
+/// refresh. What its runner said is kept in the callback (`CallbackHandle::runner_status`).
 #[derive(Debug, Clone)]
-struct Entry {
+struct Followed {
     pod: ObjectRef<Pod>,
-    /// The rental followed: events of another are stale.
+    /// The rental whose workload carries the mounts' files.
     rental: u64,
-    status: RunnerStatus,
-    /// When the reconciler first saw the instance this registration boots.
-    launched: Option<Instant>,
     /// The Pod's file mounts, read again while it runs (see `refresh_files`).
     mounts: Vec<neocloud_core::files::FileMount>,
-    /// What the runner last said of restarts in place.
-    in_place: InPlace,
-    /// What its probes last said (`None` from a runner that runs none).
-    probes: Option<ProbeStatus>,
-    /// The notes of failed checks not yet published as `Unhealthy` events.
-    unhealthy: Vec<String>,
-}
-
-/// A runner's restarts of the workload on its machine, as it last reported them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InPlace {
-    /// How many times it restarted the workload.
-    pub restart_count: u32,
-    /// When the current run started.
-    pub started_at: Option<DateTime<Utc>>,
-    /// How the last run that ended did.
-    pub last: Option<Termination>,
-    /// The wait before the next restart, while backing off.
-    pub backoff_seconds: Option<u64>,
 }
 
 /// The callback server's handle plus what the reconciler needs to boot runners and follow them.
@@ -105,7 +64,7 @@ pub struct Runners {
     providers: Vec<ProviderId>,
     containers: Vec<ProviderId>,
     boot_timeout: Duration,
-    state: Mutex<HashMap<String, Entry>>,
+    followed: Mutex<HashMap<String, Followed>>,
     /// The Pod controller's one trigger, set when it starts (see `Reconciler::run`). Before
     /// that, a report triggers nothing: the controller's first list reconciles every Pod.
     trigger: Mutex<Option<mpsc::UnboundedSender<ObjectRef<Pod>>>>,
@@ -117,7 +76,7 @@ impl std::fmt::Debug for Runners {
             .field("callback_url", &self.callback_url)
             .field("providers", &self.providers)
             .field("containers", &self.containers)
-            .field("bindings", &self.state.lock().len())
+            .field("bindings", &self.followed.lock().len())
             .finish_non_exhaustive()
     }
 }
@@ -144,7 +103,7 @@ impl Runners {
             providers,
             containers,
             boot_timeout,
-            state: Mutex::new(HashMap::new()),
+            followed: Mutex::new(HashMap::new()),
             trigger: Mutex::new(None),
         })
     }
@@ -188,17 +147,9 @@ impl Runners {
             .handle
             .register(&uid, rental, workload(pod, w, env, files, login))?;
         let credential = self.handle.credential(&uid, rental)?;
-        let entry = Entry {
-            pod: ObjectRef::from_obj(pod),
-            rental,
-            status: RunnerStatus::Booting,
-            launched: None,
-            mounts: files.mounts.clone(),
-            in_place: InPlace::default(),
-            probes: None,
-            unhealthy: Vec::new(),
-        };
-        self.state.lock().insert(uid, entry);
+        self.followed
+            .lock()
+            .insert(uid, followed(pod, rental, files));
         let user_data = render_user_data(
             &self.callback_url,
             &self.cert_pem,
@@ -234,72 +185,45 @@ impl Runners {
         login: Option<&RegistryCredential>,
     ) {
         let uid = pod.uid().unwrap_or_default();
-        if self.state.lock().contains_key(&uid) {
-            return;
-        }
         let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
         let known = running.then_some(RunnerState::Running);
-        self.handle
-            .adopt(&uid, rental, workload(pod, w, env, files, login), known);
-        let entry = Entry {
-            pod: ObjectRef::from_obj(pod),
-            rental,
-            status: if running {
-                RunnerStatus::Running
-            } else {
-                RunnerStatus::Booting
-            },
-            launched: Some(Instant::now()),
-            mounts: files.mounts.clone(),
-            in_place: InPlace::default(),
-            // Until its runner says, a probed Pod keeps the readiness it showed.
-            probes: super::probes::for_runner(pod).and(shown_probes(pod)),
-            unhealthy: Vec::new(),
-        };
-        self.state.lock().entry(uid).or_insert(entry);
+        // Until its runner says, a probed Pod keeps the readiness it showed.
+        let shown = super::probes::for_runner(pod).and(shown_probes(pod));
+        let workload = workload(pod, w, env, files, login);
+        if self.handle.adopt(&uid, rental, workload, known, shown) {
+            self.followed
+                .lock()
+                .insert(uid, followed(pod, rental, files));
+        }
     }
 
     /// What the runner of the Pod with this uid last reported, asked once its instance exists
     /// (the boot timeout counts from the first ask, or from adoption); `None` when this process
     /// neither booted nor adopted it (see [`Reconciler::runner_status`], which adopts).
     pub fn status(&self, uid: &str) -> Option<RunnerStatus> {
-        let mut state = self.state.lock();
-        let entry = state.get_mut(uid)?;
-        let launched = *entry.launched.get_or_insert_with(Instant::now);
-        Some(match entry.status {
-            RunnerStatus::Booting if launched.elapsed() > self.boot_timeout => {
-                RunnerStatus::NeverCalled
-            }
-            other => other,
-        })
+        self.handle.runner_status(uid, self.boot_timeout)
     }
 
     /// What the runner of the Pod with this uid last said of its restarts in place.
     pub fn in_place(&self, uid: &str) -> InPlace {
-        self.state
-            .lock()
-            .get(uid)
-            .map(|e| e.in_place.clone())
-            .unwrap_or_default()
+        self.handle.in_place(uid)
     }
 
     /// What the probes of the Pod with this uid last said (its container's `ready` and
     /// `started`); `None` when its runner runs no probes or has not said yet.
     pub fn probes(&self, uid: &str) -> Option<ProbeStatus> {
-        self.state.lock().get(uid).and_then(|e| e.probes.clone())
+        self.handle.probes(uid)
     }
 
     /// The notes of the failed checks of the Pod with this uid since the last call, for its
     /// `Unhealthy` events.
     pub fn take_unhealthy(&self, uid: &str) -> Vec<String> {
-        (self.state.lock().get_mut(uid))
-            .map(|e| std::mem::take(&mut e.unhealthy))
-            .unwrap_or_default()
+        self.handle.take_unhealthy(uid)
     }
 
     /// Whether this process follows the runner of the Pod with this uid.
     pub fn follows(&self, uid: &str) -> bool {
-        self.state.lock().contains_key(uid)
+        self.handle.is_registered(uid)
     }
 
     /// How long a runner has to call back.
@@ -310,7 +234,7 @@ impl Runners {
     /// Forgets a binding: its tokens stop working and its log readers finish.
     pub fn forget(&self, uid: &str) {
         self.handle.unregister(uid);
-        self.state.lock().remove(uid);
+        self.followed.lock().remove(uid);
     }
 
     /// Reads the files of every followed Pod with file volumes again every
@@ -321,7 +245,7 @@ impl Runners {
         loop {
             tokio::time::sleep(files::FILES_REFRESH).await;
             let watched: Vec<_> = self
-                .state
+                .followed
                 .lock()
                 .iter()
                 .filter(|(_, e)| !e.mounts.is_empty())
@@ -369,60 +293,37 @@ impl Runners {
         *self.trigger.lock() = Some(trigger);
     }
 
-    /// Applies the callback server's events until the channel closes.
+    /// Triggers the Pod of each of the callback server's events (the callback keeps what the
+    /// runner said, see [`Runners::status`]) until the channel closes.
     pub async fn follow(self: Arc<Self>, mut events: mpsc::Receiver<RunnerEvent>) {
         while let Some(event) = events.recv().await {
-            self.apply(&event);
+            self.notify(&event);
         }
     }
 
-    fn apply(&self, event: &RunnerEvent) {
-        let status = match &event.kind {
-            RunnerEventKind::Lost => RunnerStatus::Lost,
-            RunnerEventKind::State(report) => match report.state {
-                RunnerState::Starting => RunnerStatus::Starting,
-                RunnerState::Running => RunnerStatus::Running,
-                RunnerState::Exited if report.restarts_in_place => {
-                    RunnerStatus::Finished(report.exit_code.unwrap_or(1))
-                }
-                RunnerState::Exited => RunnerStatus::Exited(report.exit_code.unwrap_or(1)),
-                RunnerState::BackOff => RunnerStatus::BackOff,
-            },
+    fn notify(&self, event: &RunnerEvent) {
+        let Some(pod) = (self.followed.lock().get(&event.uid)).map(|f| f.pod.clone()) else {
+            return;
         };
-        let in_place = match &event.kind {
-            RunnerEventKind::State(report) => Some(InPlace {
-                restart_count: report.restart_count,
-                started_at: report.started_at,
-                last: report.last_termination.clone(),
-                backoff_seconds: report.backoff_seconds,
-            }),
-            RunnerEventKind::Lost => None,
-        };
-        let pod = {
-            let mut state = self.state.lock();
-            let Some(entry) = state.get_mut(&event.uid) else {
-                return;
-            };
-            if entry.rental != event.rental {
-                tracing::info!(binding = %event.uid, rental = event.rental, current = entry.rental, "runner: ignored an event of a rental that is no longer current");
-                return;
+        match &event.kind {
+            RunnerEventKind::Lost => {
+                tracing::info!(pod = %pod, rental = event.rental, "runner lost")
             }
-            entry.status = status;
-            if let RunnerEventKind::State(report) = &event.kind {
-                record_probes(entry, report);
+            RunnerEventKind::State(report) => {
+                tracing::info!(pod = %pod, rental = event.rental, state = ?report.state, exit_code = ?report.exit_code, "runner reported")
             }
-            // A heartbeat's news (no restart count) keeps what the reports said.
-            if let Some(news) = in_place.filter(|n| n.restart_count > 0 || n.last.is_some()) {
-                entry.in_place = news;
-            } else if status == RunnerStatus::Running {
-                entry.in_place.backoff_seconds = None;
-            }
-            entry.pod.clone()
-        };
-        tracing::info!(pod = %pod, ?status, "runner reported");
+        }
         if let Some(trigger) = self.trigger.lock().as_ref() {
             let _ = trigger.send(pod);
         }
+    }
+}
+
+fn followed(pod: &Pod, rental: u64, files: &PodFiles) -> Followed {
+    Followed {
+        pod: ObjectRef::from_obj(pod),
+        rental,
+        mounts: files.mounts.clone(),
     }
 }
 
@@ -434,26 +335,6 @@ fn shown_probes(pod: &Pod) -> Option<ProbeStatus> {
         started: c.started.unwrap_or(c.ready),
         failure: None,
     })
-}
-
-/// Keeps what a report says of the probes (a runner that runs them says so with each report of
-/// a run, a new run included); a run's end clears them, and a failed check waits for its
-/// event.
-fn record_probes(entry: &mut Entry, report: &neocloud_protocol::StatusReport) {
-    match &report.probes {
-        Some(said) => {
-            let mut said = said.clone();
-            if let Some(failure) = said.failure.take() {
-                // Bounded: the events go out at the next reconcile, which a report triggers.
-                if entry.unhealthy.len() < 16 {
-                    entry.unhealthy.push(failure.note());
-                }
-            }
-            entry.probes = Some(said);
-        }
-        None if report.state == RunnerState::Running => {}
-        None => entry.probes = None,
-    }
 }
 
 #[cfg(test)]

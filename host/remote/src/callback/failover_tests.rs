@@ -108,9 +108,9 @@ async fn a_session_signed_by_the_old_leader_is_accepted_by_the_new_one() {
 
     let mut new = replica(config(&keys), &tls).await;
     let handle = new.server.handle();
-    assert!(handle.adopt("uid-a", 1, workload(), Some(RunnerState::Running)));
+    assert!(handle.adopt("uid-a", 1, workload(), Some(RunnerState::Running), None));
     assert!(
-        !handle.adopt("uid-a", 1, Workload::default(), None),
+        !handle.adopt("uid-a", 1, Workload::default(), None, None),
         "adopted once"
     );
     let beat = serde_json::json!({ "state": "Running" });
@@ -141,7 +141,10 @@ async fn a_session_signed_by_the_old_leader_is_accepted_by_the_new_one() {
     assert!(new.events.try_recv().is_err(), "the exit is told once");
 
     let stranger = replica(config(&RunnerKeys::random()), &tls).await;
-    stranger.server.handle().adopt("uid-a", 1, workload(), None);
+    stranger
+        .server
+        .handle()
+        .adopt("uid-a", 1, workload(), None, None);
     let answer = stranger
         .post("heartbeat", Some(&session), serde_json::json!({}))
         .await;
@@ -161,7 +164,9 @@ async fn a_runner_that_booted_after_the_failover_gets_in_with_its_credential() {
     old.server.shutdown().await;
 
     let mut new = replica(config(&keys), &tls).await;
-    new.server.handle().adopt("uid-a", 1, workload(), None);
+    new.server
+        .handle()
+        .adopt("uid-a", 1, workload(), None, None);
     let client = CallbackClient::new(&new.url("").replace("/v1/", ""), tls.cert_pem().as_bytes())
         .expect("client")
         .with_credential(Some(credential));
@@ -193,8 +198,8 @@ async fn forged_other_bindings_and_rotated_away_credentials_are_refused() {
     let (keys, tls) = (RunnerKeys::random(), tls());
     let node = replica(config(&keys), &tls).await;
     let handle = node.server.handle();
-    handle.adopt("uid-a", 1, workload(), None);
-    handle.adopt("uid-b", 1, workload(), None);
+    handle.adopt("uid-a", 1, workload(), None, None);
+    handle.adopt("uid-b", 1, workload(), None, None);
     let domain = crate::callback::DEFAULT_TRUST_DOMAIN;
     let until = neocloud_protocol::unix_now() + 600;
     let boot = |keys: &RunnerKeys| {
@@ -233,7 +238,7 @@ async fn a_binding_not_adopted_yet_is_try_again_and_a_forgotten_one_forbidden() 
     let early = node.reauth(credential.expose()).await;
     assert_eq!(early.status, 503, "{early:?}");
     assert_eq!(early.retry_after.as_deref(), Some("2"));
-    handle.adopt("uid-a", 1, workload(), None);
+    handle.adopt("uid-a", 1, workload(), None, None);
     assert_eq!(node.reauth(credential.expose()).await.status, 200);
     handle.unregister("uid-a");
     assert_eq!(node.reauth(credential.expose()).await.status, 403);
@@ -255,8 +260,14 @@ async fn an_adopted_running_runner_that_never_calls_in_is_lost_after_the_heartbe
     let mut node = replica(config(&keys), &tls).await;
     let handle = node.server.handle();
     let adopted = std::time::Instant::now();
-    handle.adopt("uid-running", 1, workload(), Some(RunnerState::Running));
-    handle.adopt("uid-booting", 1, workload(), None);
+    handle.adopt(
+        "uid-running",
+        1,
+        workload(),
+        Some(RunnerState::Running),
+        None,
+    );
+    handle.adopt("uid-booting", 1, workload(), None, None);
     let event = tokio::time::timeout(Duration::from_secs(5), node.events.recv())
         .await
         .expect("in time")

@@ -5,8 +5,9 @@
 //! ([`render_user_data`]) or the container's environment ([`render_container_start`]); the
 //! runner exchanges it over TLS for a short-lived session, fetches the workload, reports its
 //! state, heartbeats and usage, and streams logs.
-//! The node learns what happened from a channel of [`RunnerEvent`]s and reads logs with
-//! [`CallbackHandle::read_logs`].
+//! The node keeps what it knows of each runner here, once (module `runner`): a channel of
+//! [`RunnerEvent`]s says when that changed, [`CallbackHandle::runner_status`] what it is, and
+//! [`CallbackHandle::read_logs`] reads logs.
 //!
 //! Each registration names the binding's rental (its runner generation, which the node keeps in
 //! the binding's status): sessions, bootstrap tokens and credentials name it too, and a runner of
@@ -36,6 +37,7 @@ pub mod egress;
 pub mod identity;
 mod logs;
 mod ratelimit;
+mod runner;
 mod server;
 pub mod sessions;
 mod state;
@@ -55,6 +57,7 @@ pub use neocloud_protocol::{
     StatusReport, Termination, TokenRequest, TokenResponse, Workload,
 };
 pub use ratelimit::RateLimit;
+pub use runner::{InPlace, RunnerStatus};
 pub use server::CallbackServer;
 pub use sessions::{SessionIo, SessionStream};
 pub use state::CallbackHandle;

@@ -266,7 +266,7 @@ async fn after_a_failover_the_running_runner_renews_but_user_data_is_spent() {
     let new = rig(&keys).await;
     let handle = new.server.handle();
     // The Pod shows the runner ran: its boot credential was used.
-    assert!(handle.adopt("uid-c", 4, workload(), Some(RunnerState::Running)));
+    assert!(handle.adopt("uid-c", 4, workload(), Some(RunnerState::Running), None));
     let spent = new.reauth(&held.boot).await;
     assert_eq!(spent.status, 401, "{spent:?}");
     let renewed = new.reauth(&held.renewal).await;
@@ -278,7 +278,7 @@ async fn after_a_failover_the_running_runner_renews_but_user_data_is_spent() {
     stale
         .server
         .handle()
-        .adopt("uid-c", 5, workload(), Some(RunnerState::Running));
+        .adopt("uid-c", 5, workload(), Some(RunnerState::Running), None);
     let answer = stale.reauth(&held.renewal).await;
     assert_eq!(answer.status, 403, "{answer:?}");
     assert_eq!(answer.code(), Some("RentalNotCurrent"));

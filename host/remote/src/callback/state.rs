@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use super::credential::{CredentialKind, Verified};
 use super::logs::{LogBuffer, LogLine, LogOptions};
 use super::ratelimit::Limiter;
+use super::runner::{InPlace, Runner, RunnerStatus};
 use super::sessions::Sessions;
 use super::tokens::{
     BootstrapToken, BootstrapTokens, IssuedSession, Secret, SessionSigner, unix_now,
@@ -40,14 +41,10 @@ struct Entry {
     logs: Arc<LogBuffer>,
     /// Set when the runner first authenticates, refreshed by heartbeats and reports.
     last_seen: Option<Instant>,
-    /// What the runner last said it is doing (by report, or with a heartbeat).
-    state: Option<RunnerState>,
-    /// The restart count of its last report.
-    restarts: u32,
+    /// What the node knows of the rental's runner (the one place it is kept).
+    runner: Runner,
     /// Adopted after a restart, and its runner has not called in since.
     awaited: bool,
-    lost: bool,
-    exited: bool,
     /// The rental's runner has made a call with a session: its boot credential is spent.
     called_in: bool,
     /// What the workload used when the runner last said.
@@ -63,11 +60,8 @@ impl Entry {
             workload,
             logs: Arc::new(logs),
             last_seen: None,
-            state: None,
-            restarts: 0,
+            runner: Runner::default(),
             awaited: false,
-            lost: false,
-            exited: false,
             called_in: false,
             stats: None,
             egress_open: Arc::default(),
@@ -143,7 +137,8 @@ impl CallbackHandle {
     /// Takes over rental `rental` of a binding registered by an earlier process (this one has
     /// no bootstrap token for it). With `state` (the runner had reported it, as the Pod shows)
     /// the runner has the heartbeat timeout from now to call in before it is `Lost`, and its
-    /// boot credential is spent; without, it is booting and the node's boot timeout applies.
+    /// boot credential is spent; without, it is booting and the node's boot timeout applies
+    /// from now. `probes` is what the Pod showed of them, kept until its runner says.
     /// Returns false, changing nothing, if the binding is already registered here.
     pub fn adopt(
         &self,
@@ -151,13 +146,14 @@ impl CallbackHandle {
         rental: u64,
         workload: Workload,
         state: Option<RunnerState>,
+        probes: Option<neocloud_protocol::ProbeStatus>,
     ) -> bool {
         let mut bindings = self.0.bindings.lock();
         if bindings.contains_key(uid) {
             return false;
         }
         let mut entry = Entry::new(rental, workload, LogBuffer::new(self.0.config.log_limits));
-        entry.state = state;
+        entry.runner = Runner::adopted(state, probes);
         entry.last_seen = state.map(|_| Instant::now());
         entry.called_in = state.is_some();
         entry.awaited = true;
@@ -210,6 +206,42 @@ impl CallbackHandle {
             .logs(uid)?
             .read(options)
             .ok_or_else(|| CallbackError::NoPreviousRun(uid.to_owned()))
+    }
+
+    /// Whether the binding is registered (or adopted) here.
+    pub fn is_registered(&self, uid: &str) -> bool {
+        self.0.bindings.lock().contains_key(uid)
+    }
+
+    /// What the node makes of the binding's runner (`None` when it is not registered here).
+    /// The first ask starts its boot timeout: ask once its instance exists.
+    pub fn runner_status(&self, uid: &str, boot_timeout: Duration) -> Option<RunnerStatus> {
+        let mut bindings = self.0.bindings.lock();
+        Some(bindings.get_mut(uid)?.runner.status(boot_timeout))
+    }
+
+    /// What the binding's runner last said of its restarts in place.
+    pub fn in_place(&self, uid: &str) -> InPlace {
+        let bindings = self.0.bindings.lock();
+        bindings
+            .get(uid)
+            .map(|e| e.runner.in_place())
+            .unwrap_or_default()
+    }
+
+    /// What the binding's probes last said (its container's `ready` and `started`); `None`
+    /// when its runner runs none or has not said yet.
+    pub fn probes(&self, uid: &str) -> Option<neocloud_protocol::ProbeStatus> {
+        self.0.bindings.lock().get(uid)?.runner.probes()
+    }
+
+    /// The notes of the binding's failed checks since the last call, for its `Unhealthy`
+    /// events.
+    pub fn take_unhealthy(&self, uid: &str) -> Vec<String> {
+        let mut bindings = self.0.bindings.lock();
+        (bindings.get_mut(uid))
+            .map(|e| e.runner.take_unhealthy())
+            .unwrap_or_default()
     }
 
     /// What the binding's workload used when its runner last said, if it has.
@@ -339,9 +371,9 @@ impl State {
             uid: uid.to_owned(),
             how,
         };
-        if entry.exited {
+        if entry.runner.exited {
             Err(gone("exited"))
-        } else if entry.lost {
+        } else if entry.runner.lost {
             Err(gone("been declared lost"))
         } else {
             Ok(entry.rental)
@@ -388,17 +420,17 @@ impl State {
         // `BackOff` says too little without its report (how the run ended), which follows.
         let told = |s: RunnerState| !matches!(s, RunnerState::Exited | RunnerState::BackOff);
         let news = self.touch(uid, rental, |entry| match state {
-            Some(s) if told(s) && rank(Some(s)) > rank(entry.state) => {
-                entry.state = Some(s);
-                Some(s)
+            Some(s) if told(s) && rank(Some(s)) > rank(entry.runner.state) => {
+                let report = StatusReport {
+                    message: Some("told with a heartbeat".into()),
+                    ..StatusReport::new(s)
+                };
+                entry.runner.record(&report);
+                Some(report)
             }
             _ => None,
         })?;
-        if let Some(state) = news {
-            let report = StatusReport {
-                message: Some("told with a heartbeat".into()),
-                ..StatusReport::new(state)
-            };
+        if let Some(report) = news {
             self.emit(uid, rental, RunnerEventKind::State(report)).await;
         }
         Ok(())
@@ -417,13 +449,10 @@ impl State {
     ) -> Result<(), CallbackError> {
         let exited = report.state == RunnerState::Exited;
         let (logs, repeat) = self.touch(uid, rental, |entry| {
-            // What the probes say is news each time (a failure is an event).
-            let repeat = entry.state == Some(report.state)
-                && entry.restarts == report.restart_count
-                && report.probes.is_none();
-            entry.exited |= exited;
-            entry.state = Some(report.state);
-            entry.restarts = report.restart_count;
+            let repeat = entry.runner.repeats(&report);
+            if !repeat {
+                entry.runner.record(&report);
+            }
             (entry.logs.clone(), repeat)
         })?;
         match report.state {
@@ -501,8 +530,8 @@ impl State {
             let silent = entry
                 .last_seen
                 .is_some_and(|seen| now.saturating_duration_since(seen) >= timeout);
-            if silent && !entry.lost && !entry.exited {
-                entry.lost = true;
+            if silent && !entry.runner.lost && !entry.runner.exited {
+                entry.runner.lost = true;
                 entry.logs.close();
                 lost.push((uid.clone(), entry.rental));
             }
@@ -522,7 +551,7 @@ fn current<'a>(
         .ok_or_else(|| CallbackError::NotRegistered(uid.to_string()))?;
     let why = if entry.rental != rental {
         format!("the binding's current rental is {}", entry.rental)
-    } else if entry.lost {
+    } else if entry.runner.lost {
         "its runner was declared lost (silent past the heartbeat timeout)".to_owned()
     } else {
         return Ok(entry);
