@@ -3,9 +3,13 @@
 //! key, which runners pin. Every replica reads the same Secret, so a new leader signs and checks
 //! what the old one did and presents the certificate its runners trust.
 //!
-//! Pure: [`plan`] decides from what the Secret holds (or that there is none) whether to use it,
+//! [`plan`] decides from what the Secret holds (or that there is none) whether to use it,
 //! create it, or replace it (rotation asked with [`ROTATE_ANNOTATION`], or a certificate for
-//! another host). Reading and writing the Secret is the caller's (`run::vm`).
+//! another host), and [`load_or_create`] carries that out against an [`IdentityStore`], safely
+//! when two replicas do it at once: a create that finds the Secret already there, or a replace
+//! that finds it changed, reads it again and uses what won. The store itself (the Kubernetes
+//! Secret's reads and writes) is the node's (`run::vm::secret`), since this crate does not talk
+//! to Kubernetes. Nothing here logs, or puts in an error, the Secret's data.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -38,6 +42,17 @@ pub enum IdentityError {
     /// A self-signed certificate could not be made.
     #[error("{0}")]
     Tls(String),
+    /// The store could not be read or written.
+    #[error("failed to {action} it: {error}")]
+    Store {
+        /// `read` or `write`.
+        action: &'static str,
+        /// The store's error.
+        error: String,
+    },
+    /// Other replicas kept changing it.
+    #[error("still changing after {0} tries")]
+    StillChanging(usize),
 }
 
 impl From<TlsError> for IdentityError {
@@ -204,6 +219,100 @@ pub fn plan(stored: Option<Stored<'_>>, tls_host: Option<&str>) -> Result<Plan, 
         }
         _ => Ok(Plan::Use(identity)),
     }
+}
+
+/// Where the identity is kept: the node's Secret (see the module doc).
+#[allow(async_fn_in_trait)] // used generically, never as a trait object
+pub trait IdentityStore {
+    /// What a replace must name to succeed: what was read, unchanged since.
+    type Version;
+
+    /// What is stored, `None` when there is nothing.
+    async fn read(&self) -> Result<Option<Found<Self::Version>>, StoreError>;
+
+    /// Stores `data` where there is nothing; [`StoreError::Conflict`] if there is now.
+    async fn create(&self, data: BTreeMap<String, Vec<u8>>) -> Result<(), StoreError>;
+
+    /// Replaces what was read as `version` with `data`, dropping [`ROTATE_ANNOTATION`];
+    /// [`StoreError::Conflict`] if it changed since.
+    async fn replace(
+        &self,
+        version: Self::Version,
+        data: BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), StoreError>;
+}
+
+/// What [`IdentityStore::read`] found.
+#[derive(Debug, Clone)]
+pub struct Found<V> {
+    /// Its data.
+    pub data: BTreeMap<String, Vec<u8>>,
+    /// Whether it carries [`ROTATE_ANNOTATION`].
+    pub rotate: bool,
+    /// What a replace names.
+    pub version: V,
+}
+
+/// Why a store's read or write failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// Another writer was first.
+    #[error("another replica wrote it first")]
+    Conflict,
+    /// Anything else, in the store's words.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// How many read-decide-write rounds [`load_or_create`] tries (each lost race costs one).
+pub const ROUNDS: usize = 4;
+
+/// The identity kept in `store` (see the module doc). `tls_host` asks for a self-signed
+/// callback certificate for that host in it.
+pub async fn load_or_create(
+    store: &impl IdentityStore,
+    tls_host: Option<&str>,
+) -> Result<RunnerIdentity, IdentityError> {
+    let failed = |action| {
+        move |e: StoreError| IdentityError::Store {
+            action,
+            error: e.to_string(),
+        }
+    };
+    for _ in 0..ROUNDS {
+        let found = store.read().await.map_err(failed("read"))?;
+        let stored = found.as_ref().map(|f| Stored {
+            data: &f.data,
+            rotate: f.rotate,
+        });
+        let written = match plan(stored, tls_host)? {
+            Plan::Use(identity) => {
+                tracing::info!(key_id = identity.keys().key_id(), "runner identity loaded");
+                return Ok(identity);
+            }
+            Plan::Create(identity) => store.create(identity.to_data()).await,
+            Plan::Replace { identity, why } => {
+                tracing::warn!(
+                    why,
+                    "replacing the runner identity: runners of earlier keys will be refused"
+                );
+                let version = found.map(|f| f.version);
+                match version {
+                    Some(version) => store.replace(version, identity.to_data()).await,
+                    None => store.create(identity.to_data()).await,
+                }
+            }
+        };
+        match written {
+            // Read back: what is stored is what every replica uses.
+            Ok(()) => {}
+            Err(StoreError::Conflict) => {
+                tracing::info!("runner identity written by another replica; reading it");
+            }
+            Err(e) => return Err(failed("write")(e)),
+        }
+    }
+    Err(IdentityError::StillChanging(ROUNDS))
 }
 
 #[cfg(test)]

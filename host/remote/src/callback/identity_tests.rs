@@ -115,3 +115,136 @@ fn identity_debug_shows_no_key_material() {
     assert!(!shown.contains("PRIVATE KEY"), "{shown}");
     assert!(!shown.contains(&hex::encode(&data[KEY])), "{shown}");
 }
+
+/// What the memory store holds: data, the rotation ask, the version.
+type Held = (BTreeMap<String, Vec<u8>>, bool, u64);
+
+/// A store in memory, with another replica that may write between a read and a write.
+#[derive(Default)]
+struct Memory {
+    stored: parking_lot::Mutex<Option<Held>>,
+    /// Writes of another replica, applied one per write of ours, just before it.
+    rivals: parking_lot::Mutex<Vec<BTreeMap<String, Vec<u8>>>>,
+    writes: std::sync::atomic::AtomicUsize,
+    broken: bool,
+}
+
+impl Memory {
+    fn rival_writes_first(&self) {
+        let next = self.rivals.lock().pop();
+        if let Some(data) = next {
+            let mut stored = self.stored.lock();
+            let version = stored.as_ref().map_or(0, |s| s.2 + 1);
+            *stored = Some((data, false, version));
+        }
+    }
+}
+
+impl IdentityStore for Memory {
+    type Version = u64;
+
+    async fn read(&self) -> Result<Option<Found<u64>>, StoreError> {
+        if self.broken {
+            return Err(StoreError::Failed("connection refused".into()));
+        }
+        Ok(self
+            .stored
+            .lock()
+            .clone()
+            .map(|(data, rotate, version)| Found {
+                data,
+                rotate,
+                version,
+            }))
+    }
+
+    async fn create(&self, data: BTreeMap<String, Vec<u8>>) -> Result<(), StoreError> {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.rival_writes_first();
+        let mut stored = self.stored.lock();
+        if stored.is_some() {
+            return Err(StoreError::Conflict);
+        }
+        *stored = Some((data, false, 0));
+        Ok(())
+    }
+
+    async fn replace(
+        &self,
+        version: u64,
+        data: BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), StoreError> {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.rival_writes_first();
+        let mut stored = self.stored.lock();
+        match stored.as_ref() {
+            Some((_, _, now)) if *now == version => {
+                *stored = Some((data, false, version + 1));
+                Ok(())
+            }
+            _ => Err(StoreError::Conflict),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_replica_that_loses_the_race_to_create_uses_what_won() {
+    let store = Memory::default();
+    let theirs = created(Some(HOST)).to_data();
+    store.rivals.lock().push(theirs.clone());
+    let ours = load_or_create(&store, Some(HOST)).await.expect("loaded");
+    assert_eq!(ours.to_data(), theirs, "the winner's identity is used");
+    assert_eq!(store.writes.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The next start reads it and writes nothing.
+    let again = load_or_create(&store, Some(HOST)).await.expect("loaded");
+    assert_eq!(again.to_data(), theirs);
+    assert_eq!(store.writes.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn rotation_replaces_the_key_once_and_drops_the_ask() {
+    let store = Memory::default();
+    let old = created(Some(HOST)).to_data();
+    *store.stored.lock() = Some((old.clone(), true, 7));
+    let new = load_or_create(&store, Some(HOST)).await.expect("rotated");
+    assert_ne!(new.to_data()[KEY], old[KEY]);
+    let stored = store.stored.lock().clone().expect("stored");
+    assert_eq!((stored.0, stored.1, stored.2), (new.to_data(), false, 8));
+}
+
+#[tokio::test]
+async fn a_store_that_keeps_changing_or_fails_is_an_error_without_the_data() {
+    // Rotation is asked at every read, and another replica writes before each of our writes:
+    // every round loses its race.
+    let store = Memory::default();
+    let rival = created(None).to_data();
+    *store.stored.lock() = Some((rival.clone(), true, 0));
+    for _ in 0..ROUNDS {
+        store.rivals.lock().push(rival.clone());
+    }
+    struct Rotating(Memory);
+    impl IdentityStore for Rotating {
+        type Version = u64;
+        async fn read(&self) -> Result<Option<Found<u64>>, StoreError> {
+            let found = self.0.read().await?;
+            Ok(found.map(|f| Found { rotate: true, ..f }))
+        }
+        async fn create(&self, data: BTreeMap<String, Vec<u8>>) -> Result<(), StoreError> {
+            self.0.create(data).await
+        }
+        async fn replace(&self, v: u64, data: BTreeMap<String, Vec<u8>>) -> Result<(), StoreError> {
+            self.0.replace(v, data).await
+        }
+    }
+    let err = load_or_create(&Rotating(store), None).await.unwrap_err();
+    assert_eq!(err, IdentityError::StillChanging(ROUNDS));
+
+    let broken = Memory {
+        broken: true,
+        ..Memory::default()
+    };
+    let err = load_or_create(&broken, None).await.unwrap_err();
+    assert_eq!(err.to_string(), "failed to read it: connection refused");
+}

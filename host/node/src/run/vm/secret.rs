@@ -1,121 +1,101 @@
-//! Reads the node's runner identity from its Secret, creating it on first start and replacing
-//! it when [`plan`] says so, safely when two replicas do it at once: a create that finds the
-//! Secret already there, or a replace that finds it changed, reads it again and uses what won.
+//! The node's runner identity kept in a Secret: the [`IdentityStore`] that
+//! [`identity::load_or_create`](crate::callback::identity::load_or_create) reads and writes
+//! (it decides, and handles two replicas writing at once). A replace names the
+//! `resourceVersion` it read, so the API server refuses it when the Secret changed since.
 //!
-//! Not the decisions (see [`crate::callback::identity`]); and nothing here logs, or puts in an
-//! error, the Secret's data.
+//! Nothing here logs, or puts in an error, the Secret's data.
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
 
 use crate::callback::RunnerIdentity;
-use crate::callback::identity::{Plan, ROTATE_ANNOTATION, Stored, plan};
+use crate::callback::identity::{
+    Found, IdentityError, IdentityStore, ROTATE_ANNOTATION, StoreError, load_or_create as load,
+};
 
-/// How many read-decide-write rounds to try before giving up (each lost race costs one).
-const ROUNDS: usize = 4;
-
-fn data_of(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
-    secret
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.0.clone()))
-        .collect()
+/// Secret `name` of `api`'s namespace.
+struct SecretStore<'a> {
+    api: &'a Api<Secret>,
+    name: &'a str,
 }
 
-fn to_data(identity: &RunnerIdentity) -> BTreeMap<String, ByteString> {
-    identity
-        .to_data()
-        .into_iter()
-        .map(|(k, v)| (k, ByteString(v)))
-        .collect()
+fn to_data(data: BTreeMap<String, Vec<u8>>) -> BTreeMap<String, ByteString> {
+    data.into_iter().map(|(k, v)| (k, ByteString(v))).collect()
 }
 
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
+fn store_error(e: kube::Error) -> StoreError {
+    match e {
+        kube::Error::Api(s) if s.code == 409 => StoreError::Conflict,
+        e => StoreError::Failed(e.to_string()),
+    }
 }
 
-/// The identity kept in Secret `name` of `api`'s namespace (see the module doc). `tls_host`
-/// asks for a self-signed callback certificate for that host in it.
+impl IdentityStore for SecretStore<'_> {
+    type Version = Secret;
+
+    async fn read(&self) -> Result<Option<Found<Secret>>, StoreError> {
+        let secret = self.api.get_opt(self.name).await.map_err(store_error)?;
+        Ok(secret.map(|secret| Found {
+            data: (secret.data.iter().flatten())
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect(),
+            rotate: secret.annotations().contains_key(ROTATE_ANNOTATION),
+            version: secret,
+        }))
+    }
+
+    async fn create(&self, data: BTreeMap<String, Vec<u8>>) -> Result<(), StoreError> {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(self.name.to_owned()),
+                labels: Some(labels()),
+                ..ObjectMeta::default()
+            },
+            data: Some(to_data(data)),
+            type_: Some("Opaque".into()),
+            ..Secret::default()
+        };
+        let created = self.api.create(&PostParams::default(), &secret).await;
+        created.map(drop).map_err(store_error)
+    }
+
+    async fn replace(
+        &self,
+        mut secret: Secret,
+        data: BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), StoreError> {
+        (secret.metadata.annotations)
+            .get_or_insert_with(Default::default)
+            .remove(ROTATE_ANNOTATION);
+        secret.data = Some(to_data(data));
+        let replaced = (self.api)
+            .replace(self.name, &PostParams::default(), &secret)
+            .await;
+        replaced.map(drop).map_err(store_error)
+    }
+}
+
+/// The identity kept in Secret `name` of `api`'s namespace, created on first start and
+/// replaced when rotation is asked or its certificate is for another host than `tls_host`
+/// (which asks for a self-signed callback certificate for that host in it).
 pub async fn load_or_create(
     api: &Api<Secret>,
     name: &str,
     tls_host: Option<&str>,
 ) -> anyhow::Result<RunnerIdentity> {
-    let what = || format!("runner identity Secret {name}");
-    for _ in 0..ROUNDS {
-        let existing = api
-            .get_opt(name)
-            .await
-            .with_context(|| format!("failed to read the {}", what()))?;
-        let data = existing.as_ref().map(data_of);
-        let stored = existing
-            .as_ref()
-            .zip(data.as_ref())
-            .map(|(s, data)| Stored {
-                data,
-                rotate: s.annotations().contains_key(ROTATE_ANNOTATION),
-            });
-        let decided = plan(stored, tls_host).with_context(|| {
-            format!(
-                "{}: delete it to make a new one (its runners are then replaced)",
-                what()
-            )
-        })?;
-        let written = match decided {
-            Plan::Use(identity) => {
-                tracing::info!(
-                    secret = name,
-                    key_id = identity.keys().key_id(),
-                    "runner identity loaded"
-                );
-                return Ok(identity);
-            }
-            Plan::Create(identity) => {
-                let secret = Secret {
-                    metadata: ObjectMeta {
-                        name: Some(name.to_owned()),
-                        labels: Some(labels()),
-                        ..ObjectMeta::default()
-                    },
-                    data: Some(to_data(&identity)),
-                    type_: Some("Opaque".into()),
-                    ..Secret::default()
-                };
-                api.create(&PostParams::default(), &secret).await
-            }
-            Plan::Replace { identity, why } => {
-                let mut secret = existing.unwrap_or_default();
-                secret
-                    .metadata
-                    .annotations
-                    .get_or_insert_with(Default::default)
-                    .remove(ROTATE_ANNOTATION);
-                secret.data = Some(to_data(&identity));
-                tracing::warn!(
-                    secret = name,
-                    why,
-                    "replacing the runner identity: runners of earlier keys will be refused"
-                );
-                api.replace(name, &PostParams::default(), &secret).await
-            }
-        };
-        match written {
-            // Read back: what is stored is what every replica uses.
-            Ok(_) => {}
-            Err(e) if is_conflict(&e) => tracing::info!(
-                secret = name,
-                "runner identity written by another replica; reading it"
-            ),
-            Err(e) => return Err(e).with_context(|| format!("failed to write the {}", what())),
+    let loaded = load(&SecretStore { api, name }, tls_host).await;
+    let hint = match &loaded {
+        Err(IdentityError::Invalid { .. }) => {
+            ": delete it to make a new one (its runners are then replaced)"
         }
-    }
-    bail!("{}: still changing after {ROUNDS} tries", what())
+        _ => "",
+    };
+    loaded.with_context(|| format!("runner identity Secret {name}{hint}"))
 }
 
 fn labels() -> BTreeMap<String, String> {
