@@ -1,9 +1,11 @@
 //! Kueue admits only what the node can rent: `neocloud-node run` as a process serves the
 //! ProvisioningRequest class `rent.cloud.aibrix.ai`, with Kueue v0.17 (webhooks included) on the
-//! control plane, the guide's manifests (`examples/kueue/queue.yaml`: its ProvisioningRequest
-//! check on a ClusterQueue whose one flavor is the virtual node), and RunPod's simulator with one
-//! A40 offer in one region:
-//! - a 4-Pod Job is admitted once the node holds the budget of four Pods, its Pods land on the
+//! control plane, the guide's manifests (`examples/kueue/queue.yaml`: a ClusterQueue whose first
+//! flavor is the rig's real worker node with two GPUs, and whose second, with the
+//! ProvisioningRequest check, is the virtual node), and RunPod's simulator with one A40 offer in
+//! one region:
+//! - a 1-Pod Job runs on the worker node, with no request and no rental;
+//! - a 4-Pod Job, which does not fit there, is admitted once the node holds the budget of four Pods, its Pods land on the
 //!   virtual node and are rented: four rentals in the ledger;
 //! - deleting it leaves no hold (metric) and no instance (ledger);
 //! - the same Job left out of Kueue rents as its Pods come (the benchmark's other half);
@@ -23,13 +25,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use neocloud_cloudsim::{CloudSim, CloudSimConfig, SimConfig};
 use neocloud_testenv::kueue::{
     PROVISIONING_REQUEST_CONTROLLER, QUEUE_NAME_LABEL, provisioning_request_resource, resource,
 };
-use neocloud_testenv::{Kueue, TestContext};
+use neocloud_testenv::{Kueue, TestContext, WorkerNode};
 use serde_json::{Value, json};
 use tokio::process::Child;
 
@@ -38,12 +40,18 @@ use support::{free_port, http_get, metric, node_process};
 
 const CLASS: &str = "rent.cloud.aibrix.ai";
 const CONSUME: &str = "autoscaling.x-k8s.io/consume-provisioning-request";
+/// The local GPU node: the rig's real worker node (kubelet, containerd).
+const WORKER: &str = "worker-1";
+/// The image the Jobs run, imported into the worker's containerd (it can pull nothing).
+const BUSYBOX: &str = "neocloud.invalid/busybox:1";
 /// RunPod's price of one A40, per GPU-hour, in the simulator's market.
 const A40: f64 = 0.40;
 
 struct Rig {
     ctx: TestContext,
     kueue: Kueue,
+    /// The local GPU node (taken at the end, to check what it leaves).
+    worker: Option<WorkerNode>,
     sims: CloudSim,
     node: String,
     dir: tempfile::TempDir,
@@ -78,9 +86,25 @@ impl Rig {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let node = format!("neocloud-{}", ctx.namespace);
+        let worker = WorkerNode::start(ctx.control_plane, WORKER)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        worker.import_busybox(BUSYBOX, &["/bin/sh", "-c"]).unwrap();
+        // Two GPUs, as a device plugin would report them, and the GPU operator's label, which
+        // the local flavor selects.
+        let nodes: Api<Node> = Api::all(ctx.client.clone());
+        let gpus = json!({"status": {"capacity": {"nvidia.com/gpu": "2"}}});
+        (nodes.patch_status(WORKER, &PatchParams::default(), &Patch::Merge(gpus)))
+            .await
+            .unwrap();
+        let label = json!({"metadata": {"labels": {"nvidia.com/gpu.present": "true"}}});
+        (nodes.patch(WORKER, &PatchParams::default(), &Patch::Merge(label)))
+            .await
+            .unwrap();
         Rig {
             ctx,
             kueue,
+            worker: Some(worker),
             sims: sims().await,
             node,
             dir: tempfile::tempdir().unwrap(),
@@ -254,7 +278,19 @@ impl Rig {
                     assert_eq!(controller, PROVISIONING_REQUEST_CONTROLLER);
                     self.api(&kind, "admissionchecks")
                 }
-                "ClusterQueue" => self.api(&kind, "clusterqueues"),
+                "ClusterQueue" => {
+                    // The local flavor's quota is the worker's two GPUs.
+                    let flavors = &mut object["spec"]["resourceGroups"][0]["flavors"];
+                    let local = (flavors.as_array_mut().unwrap().iter_mut())
+                        .find(|f| f["name"] == "local-gpus")
+                        .expect("a local-gpus flavor");
+                    for r in local["resources"].as_array_mut().unwrap() {
+                        if r["name"] == "nvidia.com/gpu" {
+                            r["nominalQuota"] = json!("2");
+                        }
+                    }
+                    self.api(&kind, "clusterqueues")
+                }
                 "LocalQueue" => self.namespaced(&kind, "localqueues"),
                 other => panic!("{path}: unexpected kind {other}"),
             };
@@ -292,7 +328,8 @@ impl Rig {
         };
         let mut spec = json!({
             "restartPolicy": "Never",
-            "containers": [{"name": "train", "image": "registry.invalid/train:1",
+            "containers": [{"name": "train", "image": BUSYBOX, "args": ["exec sleep 3600"],
+                "imagePullPolicy": "IfNotPresent",
                 "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}],
         });
         if !queued {
@@ -319,15 +356,20 @@ impl Rig {
 
     /// Waits for `count` Pods of Job `job` to be Running on the virtual node, and returns them.
     async fn running(&self, job: &str, count: usize) -> Vec<Pod> {
-        let what = format!("{count} Pods of {job} Running on the virtual node");
+        self.running_on(job, count, &self.node).await
+    }
+
+    /// Waits for `count` Pods of Job `job` to be Running on node `node`, and returns them.
+    async fn running_on(&self, job: &str, count: usize, node: &str) -> Vec<Pod> {
+        let what = format!("{count} Pods of {job} Running on {node}");
         self.wait(&what, 120, async || {
             let selector = format!("job-name={job}");
             let params = ListParams::default().labels(&selector);
             let list = self.pods().list(&params).await.ok()?;
             let running: Vec<Pod> = (list.items.into_iter())
                 .filter(|p| {
-                    let on_node = p.spec.as_ref().and_then(|s| s.node_name.as_deref())
-                        == Some(self.node.as_str());
+                    let on_node =
+                        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
                     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
                     on_node && phase == Some("Running")
                 })
@@ -344,7 +386,8 @@ impl Rig {
             .await
             .unwrap();
         self.wait(&format!("the Pods of {job} gone"), 120, async || {
-            let list = self.pods().list(&ListParams::default()).await.ok()?;
+            let params = ListParams::default().labels(&format!("job-name={job}"));
+            let list = self.pods().list(&params).await.ok()?;
             list.items.is_empty().then_some(())
         })
         .await;
@@ -416,8 +459,11 @@ async fn kueue_admits_a_job_only_when_the_node_holds_the_budget_of_all_its_pods(
     rig.run_node(1.6).await;
     rig.queue(2).await;
 
+    a_small_job_runs_on_the_local_gpus_and_asks_the_node_for_nothing(&rig).await;
+    // One of the two local GPUs is taken: the 4-Pod Job goes to the virtual node's flavor.
     let queued = a_four_pod_job_is_admitted_and_each_pod_is_rented_once(&rig).await;
     deleting_the_job_leaves_no_hold_and_no_instance(&rig).await;
+    rig.delete_job("small").await;
     let direct = the_same_job_left_out_of_kueue_rents_as_its_pods_come(&rig).await;
     // The figure docs/BENCHMARKS.md records; not asserted (timing belongs in benchmarks).
     eprintln!(
@@ -434,6 +480,33 @@ async fn kueue_admits_a_job_only_when_the_node_holds_the_budget_of_all_its_pods(
         .await;
     rig.run_node(1.2).await;
     a_hold_keeps_its_gpus_for_its_pods_and_is_released_by_expiry_or_deletion(&rig).await;
+
+    let worker = rig.worker.take().unwrap();
+    let left = worker.leftovers_after();
+    assert_eq!(left.0, Vec::<String>::new(), "what the worker node left");
+}
+
+/// A 1-Pod Job fits the local flavor (two GPUs on the worker node): Kueue admits it there with
+/// no check, and it runs on the worker with no request and no rental.
+async fn a_small_job_runs_on_the_local_gpus_and_asks_the_node_for_nothing(rig: &Rig) {
+    let before = rig.sims.runpod.ledger().entries.len();
+    rig.job("small", 1).await;
+    let wl = rig.workload_of("small").await;
+    let workloads = rig.namespaced("Workload", "workloads");
+    let admitted = rig
+        .wait("the 1-Pod Workload admitted", 60, async || {
+            let w = workloads.get(&wl).await.ok()?;
+            is_true(&w, "Admitted").then_some(w)
+        })
+        .await;
+    let flavors = &admitted.data["status"]["admission"]["podSetAssignments"][0]["flavors"];
+    assert_eq!(flavors["nvidia.com/gpu"], "local-gpus", "{flavors}");
+    rig.running_on("small", 1, WORKER).await;
+    assert!(
+        rig.latest_request(&wl).await.is_none(),
+        "no ProvisioningRequest for local work"
+    );
+    assert_eq!(rig.sims.runpod.ledger().entries.len(), before);
 }
 
 /// Returns the time from the Job's creation to its four Pods Running.
