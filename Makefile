@@ -34,14 +34,17 @@ locked: ## fail when Cargo.lock or fuzz/Cargo.lock is out of date with the manif
 clippy: ## clippy on every crate and target, warnings are errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# `cargo test --workspace` also builds target/debug/neocloud-runner (the runner crate has
-# integration tests), which the node's VM runner tests start. --no-fail-fast: a failing test
-# binary does not keep the others from running, so one run reports every failure.
-# The output is kept in target/test.log; on a failure the panics and then the failed tests, each
-# after the binary it ran in, are printed again at the end, where a CI log's tail shows them.
+# hack/ci/run-tests.py builds every test binary with one `cargo test --workspace --no-run` (which
+# also builds target/debug/neocloud-runner, which the node's VM runner tests start), then runs
+# them TEST_JOBS (2) at a time, those that start a worker node, a Docker engine or Kueue alone,
+# and the doc tests. A failing binary does not keep the others from running, so one run reports
+# every failure. The output is kept in target/test.log; on a failure the panics and then the
+# failed tests, each after the binary it ran in, are printed again at the end, where a CI log's
+# tail shows them.
+TEST_JOBS ?= 2
 test: testenv policies ## every test: unit, provider and integration (starts a real control plane)
 	@mkdir -p target
-	@if $(CARGO) test --workspace --no-fail-fast 2>&1 | tee target/test.log; then exit 0; fi; \
+	@if CARGO=$(CARGO) TEST_JOBS=$(TEST_JOBS) python3 hack/ci/run-tests.py --workspace 2>&1 | tee target/test.log; then exit 0; fi; \
 	echo; echo "== the panics (whole output in target/test.log)"; \
 	{ grep -A6 -E '^thread .* panicked at' target/test.log || true; } | cut -c1-300 | tail -n 60; \
 	echo; echo "== the failed tests"; \

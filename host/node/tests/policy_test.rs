@@ -115,9 +115,22 @@ fn a_malformed_fixture_is_refused_naming_the_field() {
 
 #[test]
 fn bench_measures_a_fallback_policy_when_it_has_no_placement() {
-    let out = node(&["bench", "--iterations", "20"], &[&guest("fallback-py")]);
+    // The Python guest's decisions take tens of milliseconds in a debug build: with other test
+    // binaries on the two cores, one went past the node's 100 ms deadline. The bench measures
+    // under the deadline it is given.
+    let out = node(
+        &["bench", "--iterations", "20", "--deadline-ms", "5000"],
+        &[&guest("fallback-py")],
+    );
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
+    let zero = node(&["bench", "--deadline-ms", "0"], &[&guest("fallback-py")]);
+    let (_, refused) = text(&zero);
+    assert!(!zero.status.success());
+    assert!(
+        refused.contains("'0'") && refused.contains("--deadline-ms"),
+        "{refused}"
+    );
     let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(json["role"], "fallback");
     assert_eq!(json["iterations"], 20);

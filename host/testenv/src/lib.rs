@@ -68,6 +68,7 @@ pub use kueue::Kueue;
 pub use kwok::Kwok;
 pub use otelcol::Collector;
 pub use pki::{CertPair, Pki};
+pub use readiness::free_port;
 pub use registry::Registry;
 pub use worker::WorkerNode;
 

@@ -13,8 +13,33 @@ use tokio::net::TcpStream;
 use crate::Error;
 use crate::process::Supervised;
 
-/// A port on 127.0.0.1 that was free a moment ago.
+/// A port that was free a moment ago on every address, picked at random below the kernel's
+/// ephemeral range (`net.ipv4.ip_local_port_range`), and never the same twice in a process.
+///
+/// Not a port the kernel hands out for port 0: those are ephemeral ports, which any outgoing
+/// connection (the API server's, etcd's, another test binary's) may take as its local port
+/// before the component given it listens, and the listen then fails with "Address already in
+/// use". Below the range only another listener can take it, which the bind check and the random
+/// pick make unlikely, even with test binaries run side by side.
 pub fn free_port() -> Result<u16, Error> {
+    use rand::Rng;
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let top = ephemeral.saturating_sub(1).max(2048);
+    let bottom = top.saturating_sub(12_000).max(1024);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..256 {
+        let port = rand::rng().random_range(bottom..=top);
+        if given.contains(&port) || TcpListener::bind(("0.0.0.0", port)).is_err() {
+            continue;
+        }
+        given.push(port);
+        return Ok(port);
+    }
+    // The range is crowded: take one the kernel hands out.
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("bind a free loopback port", e))?;
     let port = listener
@@ -99,11 +124,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn free_ports_are_distinct_loopback_ports() {
-        let a = free_port().unwrap();
-        let b = free_port().unwrap();
-        assert!(a > 0 && b > 0);
-        TcpListener::bind(("127.0.0.1", a)).expect("the port is free again");
+    fn free_ports_are_distinct_and_below_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..200).map(|_| free_port().unwrap()).collect();
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ports.len(), "a port given twice");
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+        let ephemeral: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+        assert!(
+            ports.iter().all(|p| *p < ephemeral && *p >= 1024),
+            "{ports:?}"
+        );
+        TcpListener::bind(("0.0.0.0", ports[0])).expect("the port is free again");
     }
 
     #[tokio::test]

@@ -86,22 +86,26 @@ async fn kwok_runs_pods_on_a_fake_gpu_node_ends_them_with_exit_codes_and_serves_
         i32::from(kwok.kubelet_port())
     );
 
-    // Its lease is renewed within its 8 s, so the node monitor (grace 10 s) never taints it.
+    // Its lease is renewed, so the node monitor (grace 10 s) never taints it: checked by the
+    // outcome (no taint once a renewal was seen), not by a bound on when it came, which load
+    // can break.
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let renewed = async || {
         let lease = leases.get_opt("gpu-1").await.ok()??;
         lease.spec?.renew_time.map(|t| t.0)
     };
     let first = wait("the node's lease", &kwok, renewed).await;
-    let started = std::time::Instant::now();
     wait("the lease renewed", &kwok, async || {
         renewed().await.filter(|t| *t > first).map(|_| ())
     })
     .await;
+    let now = nodes.get("gpu-1").await.unwrap();
+    let taints = now.spec.and_then(|s| s.taints).unwrap_or_default();
     assert!(
-        started.elapsed() < Duration::from_secs(8),
-        "renewed after {:?}",
-        started.elapsed()
+        taints
+            .iter()
+            .all(|t| t.key != "node.kubernetes.io/unreachable"),
+        "{taints:?}"
     );
 
     // The scheduler places a GPU Pod there; it runs with a Pod IP, then exits with 0.

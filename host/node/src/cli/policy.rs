@@ -103,10 +103,11 @@ impl From<RoleArg> for Role {
     }
 }
 
-/// Where every `policy` command keeps compiled components between runs: compiling an 18 MB
-/// Python component takes most of a minute in a debug build, reading it back well under a
-/// second. Entries are keyed by the component's bytes, the engine settings and the wasmtime
-/// version, so a changed component or binary compiles again.
+/// How every `policy` command loads components: where it keeps compiled components between runs
+/// (compiling an 18 MB Python component takes most of a minute in a debug build, reading it back
+/// well under a second; entries are keyed by the component's bytes, the engine settings and the
+/// wasmtime version, so a changed component or binary compiles again), and the deadline of each
+/// decision.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CacheArgs {
     /// The directory of compiled components [default: $XDG_CACHE_HOME/neocloud-node/wasm, else
@@ -127,15 +128,27 @@ pub struct CacheArgs {
     #[arg(long, env = "NEOCLOUD_WASM_CACHE_MAX_MIB", value_name = "MIB", global = true,
           default_value_t = DEFAULT_CACHE_MAX_BYTES >> 20)]
     pub cache_max_mib: u64,
+    /// The wall-clock limit of each decision, instantiation included, in milliseconds: the
+    /// node's (100) unless a slow guest or a loaded machine is being measured.
+    #[arg(long, value_name = "MS", global = true, default_value_t = default_deadline_ms(),
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub deadline_ms: u64,
+}
+
+/// The deadline of a decision unless `--deadline-ms` says otherwise: the node's.
+fn default_deadline_ms() -> u64 {
+    let deadline = neocloud_policy::wasm::Budget::default().deadline;
+    u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl Default for CacheArgs {
-    /// The user's cache directory, 512 MiB.
+    /// The user's cache directory, 512 MiB, the node's deadline.
     fn default() -> Self {
         Self {
             cache_dir: None,
             no_cache: false,
             cache_max_mib: DEFAULT_CACHE_MAX_BYTES >> 20,
+            deadline_ms: default_deadline_ms(),
         }
     }
 }
@@ -224,6 +237,7 @@ pub fn run(command: PolicyCommand, cache: &CacheArgs) -> anyhow::Result<String> 
 pub(crate) fn load(cache: &CacheArgs, file: &Path) -> anyhow::Result<WasmPolicy> {
     let engine = cache.engine()?;
     let mut settings = PolicySettings::named(file.display().to_string());
+    settings.budget.deadline = std::time::Duration::from_millis(cache.deadline_ms);
     settings.capabilities = Capabilities {
         log: true,
         deny_all_wasi: true,

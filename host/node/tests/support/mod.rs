@@ -97,11 +97,7 @@ pub fn sim_providers(sims: &CloudSim, http: Option<HttpConfig>) -> SimProviders 
 
 /// A free loopback port (free when asked; the caller binds it soon after).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    neocloud_testenv::free_port().unwrap()
 }
 
 /// A client for a user bound to the project's ClusterRoles as the default install binds them:

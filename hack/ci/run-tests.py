@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Runs every test binary of the workspace, TEST_JOBS at a time (2 by default), then the doc tests.
+
+`make test` calls it. One `cargo test --no-run` builds every test binary; each then runs as cargo
+would run it (in its package's directory, with its package's CARGO_* variables), its output kept
+apart and printed whole, after a cargo-style `Running` line, when it ends. Binaries that start a
+real worker node, a Docker engine or Kueue hold host-wide resources (network namespaces,
+iptables, cgroups, a mount namespace) and both cores: they run alone (EXCLUSIVE). The others run
+side by side, the longest first by the durations of the last run (kept in
+~/.cache/neocloud-testenv/test-durations.json; a new machine runs them in cargo's order).
+
+Every binary runs even after a failure (as `--no-fail-fast`). A binary still running after
+TEST_TIMEOUT seconds (1800) is killed with its process group and counts as failed. Exit status:
+0 when every binary passed, 101 otherwise, as cargo's.
+
+Arguments after the options are passed to `cargo test` (for example `-p neocloud-node`).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+# (package, test target): they start a real worker node, a Docker engine or Kueue.
+EXCLUSIVE = {
+    ("neocloud-node", "in_cluster"),
+    ("neocloud-node", "serving"),
+    ("neocloud-node", "kueue_admission"),
+    ("neocloud-node", "runner"),
+    ("neocloud-testenv", "worker"),
+    ("neocloud-testenv", "docker"),
+    ("neocloud-testenv", "kueue"),
+}
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "neocloud-testenv"
+DURATIONS = CACHE / "test-durations.json"
+
+
+def build(cargo, args):
+    """Builds the test binaries and returns them as dicts (package, name, kind, exe, dir, src)."""
+    cmd = [cargo, "test", "--no-run", "--message-format=json-render-diagnostics", *args]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    binaries = []
+    for line in proc.stdout.splitlines():
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
+            continue
+        if not msg["profile"]["test"]:
+            continue
+        target = msg["target"]
+        if not set(target["kind"]) & {"lib", "bin", "test", "proc-macro"}:
+            continue
+        manifest = Path(msg["manifest_path"])
+        package = msg["package_id"]
+        binaries.append(
+            {
+                "package": package_name(package, manifest),
+                "name": target["name"],
+                "exe": msg["executable"],
+                "dir": str(manifest.parent),
+                "src": target["src_path"],
+            }
+        )
+    if proc.returncode != 0:
+        sys.exit(proc.returncode)
+    return binaries
+
+
+def package_name(package_id, manifest):
+    """The package's name: `path+file:///…/host/node#neocloud-node@0.1.0` (cargo 1.77+)."""
+    if "#" in package_id:
+        tail = package_id.rsplit("#", 1)[1]
+        return tail.split("@", 1)[0] if "@" in tail else manifest.parent.name
+    return package_id.split(" ", 1)[0]
+
+
+def key(b):
+    return f"{b['package']}/{b['name']}"
+
+
+def run_one(b, timeout, results, lock, out):
+    env = dict(os.environ)
+    env["CARGO_MANIFEST_DIR"] = b["dir"]
+    env["CARGO_PKG_NAME"] = b["package"]
+    with tempfile.TemporaryFile(mode="w+") as log:
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            [b["exe"]],
+            cwd=b["dir"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        with lock:
+            RUNNING[proc.pid] = proc
+        try:
+            code = proc.wait(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+            timed_out = True
+        finally:
+            with lock:
+                RUNNING.pop(proc.pid, None)
+        took = time.monotonic() - started
+        log.seek(0)
+        text = log.read()
+    with lock:
+        rel = os.path.relpath(b["src"], b["dir"])
+        out.write(f"     Running {rel} ({os.path.relpath(b['exe'])}) [{b['package']}]\n")
+        out.write(text)
+        if timed_out:
+            out.write(f"\n{key(b)}: killed after {timeout} s (TEST_TIMEOUT)\n")
+        ok = code == 0 and not timed_out
+        out.write(f"== {key(b)}: {'ok' if ok else 'FAILED'} in {took:.1f} s\n\n")
+        out.flush()
+        results[key(b)] = (ok, took)
+
+
+RUNNING = {}
+
+
+def main():
+    args = sys.argv[1:]
+    cargo = os.environ.get("CARGO", "cargo")
+    jobs = max(1, int(os.environ.get("TEST_JOBS", "2")))
+    timeout = int(os.environ.get("TEST_TIMEOUT", "1800"))
+    started = time.monotonic()
+    binaries = build(cargo, args)
+    try:
+        known = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        known = {}
+    order = sorted(binaries, key=lambda b: -known.get(key(b), 0.0))
+    alone = [b for b in order if (b["package"], b["name"]) in EXCLUSIVE]
+    shared = [b for b in order if (b["package"], b["name"]) not in EXCLUSIVE]
+    print(
+        f"run-tests: {len(binaries)} test binaries, {len(shared)} {jobs} at a time, "
+        f"then {len(alone)} alone",
+        flush=True,
+    )
+
+    results, lock, out = {}, threading.Lock(), sys.stdout
+
+    def worker(queue):
+        while True:
+            with lock:
+                if not queue:
+                    return
+                b = queue.pop(0)
+            run_one(b, timeout, results, lock, out)
+
+    def interrupted(signum, _frame):
+        with lock:
+            for proc in RUNNING.values():
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
+
+    queue = list(shared)
+    threads = [threading.Thread(target=worker, args=(queue,)) for _ in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for b in alone:
+        run_one(b, timeout, results, lock, out)
+
+    # Doc tests: rustdoc builds and runs them; nothing else runs beside.
+    doc = subprocess.run([cargo, "test", "--doc", "--no-fail-fast", *args])
+    results["doc tests"] = (doc.returncode == 0, 0.0)
+
+    try:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        known.update({k: took for k, (ok, took) in results.items() if k != "doc tests"})
+        DURATIONS.write_text(json.dumps(known, indent=1, sort_keys=True))
+    except OSError as e:
+        print(f"run-tests: cannot keep the durations: {e}", file=sys.stderr)
+
+    failed = sorted(k for k, (ok, _) in results.items() if not ok)
+    wall = time.monotonic() - started
+    busy = sum(took for _, took in results.values())
+    print(
+        f"run-tests: {len(results) - len(failed)} of {len(results)} passed in {wall:.0f} s "
+        f"(the binaries' own times add up to {busy:.0f} s)"
+    )
+    for k in failed:
+        print(f"run-tests: FAILED {k}")
+    return 101 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
