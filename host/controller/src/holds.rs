@@ -10,6 +10,7 @@
 //! takes holds, so they are kept below both.
 
 mod prefer;
+pub mod regions;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use neocloud_broker::Reservation;
 use neocloud_core::ProviderId;
 use neocloud_telemetry::metrics::Metrics;
 
-pub use prefer::prefer;
+pub use prefer::{confine, prefer};
 
 /// The annotation Kueue puts on the Pods of an admitted Workload: the ProvisioningRequest they
 /// consume, whose hold each takes.
