@@ -9,6 +9,7 @@
 //! the ProvisioningRequest controller that holds (`neocloud-provisioning`): the Pod controller
 //! takes holds, so they are kept below both.
 
+pub mod gangs;
 mod prefer;
 pub mod regions;
 
