@@ -3,7 +3,9 @@
 //! members and rents nothing, then rents all four in one provider and region; a capacity
 //! shortfall after two of four rentals releases both and the gang lands once capacity is back;
 //! a gang the budget cannot pay for whole rents nothing; bad annotations are refused by name; a
-//! reclaimed member is replaced in the gang's place. Every test reads the simulators' ledgers.
+//! reclaimed member is replaced in the gang's place (or, if it cannot be, the whole gang moves);
+//! a fallback policy that gives up on a reclaim ends the whole gang. Every test reads the
+//! simulators' ledgers.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -17,8 +19,8 @@ use support::world::{World, reason, running};
 
 fn gang(name: &str, size: &str, more: serde_json::Value) -> serde_json::Value {
     let mut a = json!({"cloud.aibrix.ai/gang": name, "cloud.aibrix.ai/gang-size": size});
-    if let (Some(a), Some(more)) = (a.as_object_mut(), more.as_object()) {
-        a.extend(more.clone());
+    if let (Some(a), serde_json::Value::Object(more)) = (a.as_object_mut(), more) {
+        a.extend(more);
     }
     a
 }
@@ -137,18 +139,29 @@ async fn a_capacity_shortfall_partway_releases_every_member_and_the_gang_lands_w
         "never saw the round released: {:?}",
         world.sims.ledger()
     );
-    let pods = world.pods().list(&Default::default()).await.unwrap();
+    // The Pods say so soon after (each status is written after its release is confirmed).
+    let mut said = Vec::new();
+    for _ in 0..40 {
+        let pods = world.pods().list(&Default::default()).await.unwrap();
+        said = (pods.items.iter())
+            .map(|p| (running(p), reason(p).map(str::to_owned)))
+            .collect();
+        let retrying = said
+            .iter()
+            .any(|(_, r)| r.as_deref() == Some("GangRetrying"));
+        if retrying && said.iter().all(|(run, _)| !run) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(
-        pods.items.iter().all(|p| !running(p)),
-        "no member runs alone"
+        said.iter().all(|(run, _)| !run),
+        "no member runs alone: {said:?}"
     );
     assert!(
-        pods.items.iter().any(|p| reason(p) == Some("GangRetrying")),
-        "{:?}",
-        pods.items
-            .iter()
-            .map(|p| (reason(p), message(p)))
-            .collect::<Vec<_>>()
+        said.iter()
+            .any(|(_, r)| r.as_deref() == Some("GangRetrying")),
+        "{said:?}"
     );
 
     a40_capacity(&world.sims, "CA-MTL-1", 6);
@@ -343,4 +356,63 @@ async fn a_reclaimed_member_is_replaced_in_the_gang_s_place_or_the_whole_gang_mo
             .any(|e| e.instance_id == w1 && !e.is_live()),
         "w-1's first instance was released with the gang: {ledger:?}"
     );
+}
+
+/// A fallback policy that ends a gang when a member is reclaimed, and otherwise answers as the
+/// default does: the role a BurstPolicy's Wasm fallback plays.
+#[derive(Debug)]
+struct EndTheGangOnReclaim(neocloud_broker::DefaultFallback);
+
+impl neocloud_broker::FallbackPolicy for EndTheGangOnReclaim {
+    fn next_action(
+        &self,
+        cx: &neocloud_broker::FallbackContext<'_>,
+    ) -> Result<neocloud_core::FallbackAction, neocloud_broker::PolicyError> {
+        if cx.failure.class == neocloud_core::FailureClass::Preempted {
+            return Ok(neocloud_core::FallbackAction::GiveUp {
+                reason: "a reclaimed member ends the gang".into(),
+            });
+        }
+        self.0.next_action(cx)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fallback_policy_that_gives_up_on_a_reclaim_ends_the_whole_gang() {
+    let mut world = World::new("gang-end").await;
+    world.renter.fallback = std::sync::Arc::new(EndTheGangOnReclaim(Default::default()));
+    world.kill().await;
+    world.start();
+    let names = ["w-0", "w-1"];
+    let spot = json!({"cloud.aibrix.ai/providers": "runpod", "cloud.aibrix.ai/gpu-type": "A40",
+        "cloud.aibrix.ai/capacity-type": "spot"});
+    for name in names {
+        world
+            .create_pod_restarting(name, gang("pair", "2", spot.clone()), "Always")
+            .await;
+    }
+    wait_all(&world, &names, "Running", running).await;
+    assert_eq!(world.sims.ledger().live().len(), 2);
+    let first = instance(&world.binding("w-0").await);
+    assert!(world.sims.runpod.preempt(&first));
+    wait_all(&world, &names, "Failed with GangEnded", |p| {
+        support::world::phase(p) == Some("Failed") && reason(p) == Some("GangEnded")
+    })
+    .await;
+    let w1 = world.pods().get("w-1").await.unwrap();
+    assert!(
+        message(&w1).contains("gang ") && message(&w1).contains("a reclaimed member ends the gang"),
+        "{}",
+        message(&w1)
+    );
+    // Both instances are released, and nothing was rented again.
+    for _ in 0..300 {
+        if world.sims.ledger().live().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ledger = world.sims.ledger();
+    assert!(ledger.live().is_empty(), "{ledger:?}");
+    assert_eq!(ledger.entries.len(), 2, "no replacement: {ledger:?}");
 }

@@ -7,6 +7,10 @@
 //! are released (instances deleted and confirmed gone), and the gang is planned again after the
 //! retry interval.
 //!
+//! A member lost later (reclaimed, gone) is replaced as any Pod is, in the gang's place, unless
+//! the fallback policy it runs under gives up on the loss: then the whole gang ends
+//! ([`Reconciler::gang_ends`]).
+//!
 //! Not here: the gang's state machine (pure, in `holds::gangs`), the rental itself (`placing`).
 
 use std::sync::Arc;
@@ -16,9 +20,10 @@ use chrono::Utc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use neocloud_broker::PlanInput;
-use neocloud_core::{FailureClass, OfferQuery};
+use neocloud_broker::{Failure, FallbackContext, PlanInput};
+use neocloud_core::{Attempt, AttemptOutcome, FailureClass, FallbackAction, OfferQuery};
 
+use super::attempts::from_record;
 use super::pod_status::DesiredPod;
 use super::{Error, Reconciler};
 use crate::holds::HeldPlace;
@@ -32,6 +37,8 @@ pub(super) const GANG_WAITING: &str = "GangWaiting";
 pub(super) const INVALID_GANG: &str = "InvalidGang";
 /// The reason of a member whose gang's round failed and is rented again.
 pub(super) const GANG_RETRYING: &str = "GangRetrying";
+/// The reason of every member of a gang its fallback policy ended after a member was lost.
+pub(super) const GANG_ENDED: &str = "GangEnded";
 
 /// How long the budget held for a planned gang waits for its members to take it; they take it
 /// within one reconcile each, so this only bounds a hold whose members all went away.
@@ -376,6 +383,87 @@ impl Reconciler {
         self.set_pod(pod, &DesiredPod::pending(GANG_RETRYING, note))
             .await?;
         Ok(Some(Action::requeue(self.cfg.release_poll)))
+    }
+
+    /// For a gang member whose instance was reclaimed or lost (`class`, `message`): whether the
+    /// whole gang ends instead of the member being replaced. The fallback policy the Pod runs
+    /// under decides, asked about the lost instance as about any failed attempt: `give-up`
+    /// ends the gang with its reason; any other answer (the default's is `next-offer`), or an
+    /// error, replaces the member.
+    pub(super) fn gang_ends(
+        &self,
+        pod: &Pod,
+        status: &CloudPodBindingStatus,
+        class: FailureClass,
+        message: &str,
+    ) -> Option<String> {
+        Self::gang_key(pod)?;
+        let (w, planner) = self.workload(pod).ok()?;
+        let (_, fallback, _) = self.with_policy(&w, planner).ok()?;
+        let instance = status.instance_id.as_deref();
+        let mut history: Vec<Attempt> = (status.attempts.iter())
+            .filter_map(|a| from_record(a, instance))
+            .collect();
+        let last = history
+            .iter_mut()
+            .rev()
+            .find(|a| matches!(a.outcome, AttemptOutcome::Rented { .. }))?;
+        last.outcome = AttemptOutcome::Failed {
+            class,
+            code: None,
+            message: message.to_owned(),
+        };
+        let provider = last.provider;
+        let cx = FallbackContext {
+            workload: &w,
+            attempts: &history,
+            failure: Failure {
+                class,
+                provider,
+                retry_after: None,
+            },
+            retries_of_offer: 0,
+        };
+        match fallback.next_action(&cx) {
+            Ok(FallbackAction::GiveUp { reason }) => Some(reason),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(pod = %pod.name_any(), error = %e, "fallback policy failed on a lost gang member; replacing it");
+                None
+            }
+        }
+    }
+
+    /// Ends the gang of `pod` (whose instance was lost): every member fails with
+    /// [`GANG_ENDED`], its instance released.
+    pub(super) async fn end_gang(
+        &self,
+        pod: &Pod,
+        b: &CloudPodBinding,
+        policy_reason: String,
+        message: String,
+    ) -> Result<Action, Error> {
+        let key = Self::gang_key(pod).unwrap_or_default();
+        let why = format!(
+            "gang {key} ended: member {} was lost ({message}) and the fallback policy gave up:              {policy_reason}",
+            pod.name_any()
+        );
+        tracing::info!(gang = %key, %why, "gang ended");
+        if let Some(c) = self.caches() {
+            let ns = pod.namespace().unwrap_or_default();
+            let name = key.rsplit('/').next().unwrap_or_default();
+            for m in members(&c.pods.state(), &ns, name) {
+                if m.uid() == pod.uid() {
+                    continue;
+                }
+                if let Some(mb) = self.binding(&ns, &m.name_any()).await?
+                    && mb.spec.pod_uid == m.uid().unwrap_or_default()
+                {
+                    self.fail(&m, &mb, GANG_ENDED, why.clone()).await?;
+                }
+            }
+        }
+        self.fail(pod, b, GANG_ENDED, why).await
     }
 
     /// The gang key of a member's Pod, when it names a valid gang.

@@ -32,7 +32,7 @@ impl Reconciler {
     /// own expressions on top: its constraint must hold as well as the policy's, and its rank,
     /// if it has one, replaces the policy's. Also returns ` under policy <name> (<digest>)` for
     /// events.
-    fn with_policy(
+    pub(super) fn with_policy(
         &self,
         w: &WorkloadSpec,
         pod_planner: Planner,
