@@ -234,6 +234,15 @@ impl Gangs {
         &self.holds
     }
 
+    /// Releases the holds whose members did not all take their share in time (they went away):
+    /// the budget is not held for Pods that will not come.
+    pub fn expire(&self, now: Instant) {
+        for (key, _) in self.holds.expired(now) {
+            self.holds.release(&key);
+            tracing::info!(gang = %key, "the gang's members did not take its held budget in time; released");
+        }
+    }
+
     /// Everything held for gangs, USD per hour.
     pub fn usd_per_hour(&self) -> f64 {
         self.holds.usd_per_hour()
@@ -344,6 +353,26 @@ mod tests {
             "a failure of an earlier round breaks nothing"
         );
         assert!(matches!(g.state, GangState::Renting { .. }));
+    }
+
+    #[test]
+    fn a_hold_its_members_never_take_is_released_when_it_expires() {
+        let budget = neocloud_broker::BudgetGuard::new(Some(2.0));
+        let gangs = Gangs::new();
+        let now = Instant::now();
+        let held = vec![budget.reserve(0.4).unwrap(), budget.reserve(0.4).unwrap()];
+        gangs.holds().hold(
+            "gang:ns/late",
+            "ns/late",
+            place(),
+            held,
+            now + Duration::from_secs(600),
+        );
+        gangs.expire(now);
+        assert!((gangs.usd_per_hour() - 0.8).abs() < 1e-9, "not yet");
+        gangs.expire(now + Duration::from_secs(601));
+        assert_eq!(gangs.usd_per_hour(), 0.0);
+        assert_eq!(budget.in_flight_usd_per_hour(), 0.0);
     }
 
     #[test]

@@ -128,7 +128,10 @@ impl Reconciler {
                 "waiting for the members of gang {name}: {n} of {size} have arrived; nothing is \
                  rented until all have"
             );
-            return self.gang_wait(pod, b, status, GANG_WAITING, why).await;
+            self.gang_wait(pod, b, status, GANG_WAITING, why).await?;
+            // Looked at again soon: reading the cache costs nothing, and the member rents as
+            // soon as the last one has planned the gang.
+            return Ok(Gate::Done(Action::requeue(self.cfg.poll_interval)));
         }
         if n > size as usize {
             let why = format!(
@@ -138,6 +141,7 @@ impl Reconciler {
             return self.gang_wait(pod, b, status, INVALID_GANG, why).await;
         }
         let key = format!("{ns}/{name}");
+        self.cfg.gangs.expire(Instant::now());
         let entry = self.cfg.gangs.entry(&key);
         let uid = pod.uid().unwrap_or_default();
         if let Some(gate) = self.gang_take(&key, &entry.state, &uid) {
