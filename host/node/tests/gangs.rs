@@ -4,7 +4,8 @@
 //! shortfall after two of four rentals releases both and the gang lands once capacity is back;
 //! a gang the budget cannot pay for whole rents nothing; bad annotations are refused by name; a
 //! reclaimed member is replaced in the gang's place (or, if it cannot be, the whole gang moves);
-//! a fallback policy that gives up on a reclaim ends the whole gang. Every test reads the
+//! a fallback policy that gives up on a reclaim ends the whole gang, and the sample JavaScript
+//! fallback replaces a first reclaim and ends the gang on a second. Every test reads the
 //! simulators' ledgers.
 
 use std::collections::BTreeSet;
@@ -415,4 +416,81 @@ async fn a_fallback_policy_that_gives_up_on_a_reclaim_ends_the_whole_gang() {
     let ledger = world.sims.ledger();
     assert!(ledger.live().is_empty(), "{ledger:?}");
     assert_eq!(ledger.entries.len(), 2, "no replacement: {ledger:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sample_fallback_policy_replaces_a_first_reclaim_and_ends_the_gang_on_a_second() {
+    use kube::Api;
+    use kube::api::PostParams;
+    use neocloud_node::crd::BurstPolicy;
+
+    let world = World::new("gang-js").await;
+    let wasm = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../policies/build/fallback-js.wasm");
+    assert!(
+        wasm.exists(),
+        "{} is missing: run `make policies` first",
+        wasm.display()
+    );
+    let name = format!("gang-fallback-{}", world.ctx.namespace);
+    let policy: BurstPolicy = serde_json::from_value(json!({
+        "apiVersion": "cloud.aibrix.ai/v1alpha1", "kind": "BurstPolicy",
+        "metadata": {"name": name},
+        "spec": {"wasm": {"path": wasm.canonicalize().unwrap()}}
+    }))
+    .unwrap();
+    let policies = Api::<BurstPolicy>::all(world.ctx.client.clone());
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    support::wait_policy(
+        &world.ctx.client,
+        &name,
+        "loaded",
+        180,
+        support::policy_loaded,
+    )
+    .await;
+    let names = ["w-0", "w-1"];
+    let spot = json!({"cloud.aibrix.ai/providers": "runpod", "cloud.aibrix.ai/gpu-type": "A40",
+        "cloud.aibrix.ai/capacity-type": "spot", "cloud.aibrix.ai/policy": name});
+    for member in names {
+        world
+            .create_pod_restarting(member, gang("pair", "2", spot.clone()), "Always")
+            .await;
+    }
+    wait_all(&world, &names, "Running", running).await;
+
+    // The first reclaim: the policy moves on, so the member is replaced.
+    let first = instance(&world.binding("w-0").await);
+    assert!(world.sims.runpod.preempt(&first));
+    wait_replaced(&world, "w-0", &first, 2).await;
+
+    // The second: the policy gives up, and the whole gang ends.
+    let second = instance(&world.binding("w-0").await);
+    assert!(world.sims.runpod.preempt(&second));
+    wait_all(&world, &names, "Failed with GangEnded", |p| {
+        support::world::phase(p) == Some("Failed") && reason(p) == Some("GangEnded")
+    })
+    .await;
+    let w1 = world.pods().get("w-1").await.unwrap();
+    assert!(
+        message(&w1).contains("reclaimed 2 times: ending the gang"),
+        "{}",
+        message(&w1)
+    );
+    for _ in 0..300 {
+        if world.sims.ledger().live().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ledger = world.sims.ledger();
+    assert!(ledger.live().is_empty(), "{ledger:?}");
+    assert_eq!(
+        ledger.entries.len(),
+        3,
+        "one replacement, then none: {ledger:?}"
+    );
 }
