@@ -5,12 +5,16 @@
 // - rate-limited: retry the same offer with exponential backoff (1 s doubling, at most 60 s).
 // - transient, timeout: retry the same offer up to 3 times in a row, then move on.
 // - capacity, price-exceeded, preempted, lost: try the next offer, or re-plan in 30 s if none.
+// - preempted a second time: give up. The node asks about a reclaim only for a gang member
+//   (docs/OPERATIONS.md, "Gangs"): the first reclaim replaces the member, the second ends the
+//   whole gang.
 // - more than 20 attempts or 30 minutes: give up with a reason.
 // Built with every componentize-js feature disabled, so it imports nothing from the host.
 
 const MAX_ATTEMPTS = 20;
 const MAX_ELAPSED_MS = 30 * 60 * 1000;
 const MAX_SAME_RETRIES = 3;
+const MAX_RECLAIMS = 2;
 
 function sameOfferStreak(attempts) {
   const last = attempts[attempts.length - 1];
@@ -49,6 +53,11 @@ function decide(input) {
     case 'transient':
     case 'timeout':
       if (sameOfferStreak(attempts) <= MAX_SAME_RETRIES) return { tag: 'retry-same', val: 2000 };
+      return moveOn(input);
+    case 'preempted':
+      if (attempts.filter((a) => a.failure === 'preempted').length >= MAX_RECLAIMS) {
+        return { tag: 'give-up', val: `reclaimed ${MAX_RECLAIMS} times: ending the gang` };
+      }
       return moveOn(input);
     default:
       return moveOn(input);

@@ -5,6 +5,8 @@
 # - rate-limited: retry the same offer with exponential backoff (1 s doubling, at most 60 s).
 # - transient, timeout: retry the same offer up to 3 times in a row, then move on.
 # - capacity, price-exceeded, preempted, lost: try the next offer, or re-plan in 30 s if none.
+# - preempted a second time: give up. The node asks about a reclaim only for a gang member: the
+#   first reclaim replaces the member, the second ends the whole gang.
 # - more than 20 attempts or 30 minutes: give up with a reason.
 # Its one import is the node's log; componentize-py's WASI imports are denied by the node.
 
@@ -17,6 +19,7 @@ from wit_world.imports.types import ErrorCode, FailureClass, PolicyError
 MAX_ATTEMPTS = 20
 MAX_ELAPSED_MS = 30 * 60 * 1000
 MAX_SAME_RETRIES = 3
+MAX_RECLAIMS = 2
 
 SKIP = {FailureClass.AUTH, FailureClass.QUOTA, FailureClass.INVALID_REQUEST}
 RETRY = {FailureClass.TRANSIENT, FailureClass.TIMEOUT}
@@ -54,6 +57,12 @@ def decide(inp):
         if same_offer_streak(attempts) <= MAX_SAME_RETRIES:
             return fallback.FallbackAction_RetrySame(2000)
         return move_on(inp)
+    if last.failure == FailureClass.PREEMPTED:
+        reclaims = sum(1 for a in attempts if a.failure == FailureClass.PREEMPTED)
+        if reclaims >= MAX_RECLAIMS:
+            return fallback.FallbackAction_GiveUp(
+                f"reclaimed {MAX_RECLAIMS} times: ending the gang"
+            )
     return move_on(inp)
 
 

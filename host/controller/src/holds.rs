@@ -9,7 +9,9 @@
 //! the ProvisioningRequest controller that holds (`neocloud-provisioning`): the Pod controller
 //! takes holds, so they are kept below both.
 
+pub mod gangs;
 mod prefer;
+pub mod regions;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use neocloud_broker::Reservation;
 use neocloud_core::ProviderId;
 use neocloud_telemetry::metrics::Metrics;
 
-pub use prefer::prefer;
+pub use prefer::{confine, prefer};
 
 /// The annotation Kueue puts on the Pods of an admitted Workload: the ProvisioningRequest they
 /// consume, whose hold each takes.

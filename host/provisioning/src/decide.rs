@@ -9,7 +9,7 @@ use chrono::Utc;
 use k8s_openapi::api::core::v1::{Pod, PodTemplate};
 use kube::api::ObjectMeta;
 use kube::{Api, ResourceExt};
-use neocloud_broker::{BudgetExceeded, Plan, PlanInput, Planner, Reservation};
+use neocloud_broker::{Plan, PlanInput, Planner};
 use neocloud_core::{OfferQuery, WorkloadSpec};
 
 use super::controller::Provisioner;
@@ -85,6 +85,7 @@ impl Provisioner {
             .iter()
             .zip(&plans)
             .map(|(s, p)| PlannedSet {
+                noun: "PodTemplate",
                 template: &s.template,
                 count: s.count,
                 candidates: &p.candidates,
@@ -175,7 +176,7 @@ impl Provisioner {
     ) -> Outcome {
         let mut refused = None;
         for place in found {
-            match self.reserve(&place) {
+            match place.reserve(&self.reconciler.renter().budget) {
                 Ok(reservations) if params.check_capacity => {
                     drop(reservations);
                     return Outcome::Checked { place };
@@ -209,28 +210,6 @@ impl Provisioner {
             place.describe()
         );
         failed("OverBudget", message)
-    }
-
-    /// One reservation per Pod of `place`, all or none; refused with the budget's figures and
-    /// the place's whole price as `requested`.
-    fn reserve(&self, place: &Place) -> Result<Vec<Reservation>, BudgetExceeded> {
-        let budget = &self.reconciler.renter().budget;
-        let mut held = Vec::with_capacity(place.picks.len());
-        for pick in &place.picks {
-            match budget.reserve(pick.usd_per_hour) {
-                Ok(r) => held.push(r),
-                Err(_) => {
-                    drop(held);
-                    return Err(BudgetExceeded {
-                        cap: budget.cap_usd_per_hour().unwrap_or(f64::INFINITY),
-                        running: budget.running_usd_per_hour(),
-                        in_flight: budget.in_flight_usd_per_hour(),
-                        requested: place.usd_per_hour(),
-                    });
-                }
-            }
-        }
-        Ok(held)
     }
 }
 

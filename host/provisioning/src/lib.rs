@@ -13,7 +13,6 @@
 mod controller;
 mod decide;
 pub mod params;
-pub mod regions;
 mod status;
 #[cfg(test)]
 mod tests;
@@ -21,7 +20,7 @@ pub mod types;
 
 pub use controller::{Provisioner, ProvisioningConfig};
 pub use decide::Outcome;
-pub use neocloud_controller::holds::{CONSUME_ANNOTATION, HeldPlace, Holds, prefer};
+pub use neocloud_controller::holds::{CONSUME_ANNOTATION, HeldPlace, Holds, prefer, regions};
 pub use types::{PodSet, ProvisioningRequest, ProvisioningRequestSpec, ProvisioningRequestStatus};
 
 use kube::ResourceExt;

@@ -1,11 +1,12 @@
 //! A consuming Pod's preference for the place its ProvisioningRequest was planned in: offers
 //! of that provider and region rank above every other, in the order the Pod's own ranking gives
 //! them. A preference, not a constraint: if the market moved and nothing is left there, the Pod
-//! is placed as any other.
+//! is placed as any other. A gang member is confined to its gang's place instead
+//! ([`confine`]): all members in one provider and region, or none.
 
 use std::sync::Arc;
 
-use neocloud_broker::{OfferRanker, Planner, PolicyError};
+use neocloud_broker::{OfferFilter, OfferRanker, Planner, PolicyError};
 use neocloud_core::{Attempt, Offer, WorkloadSpec};
 
 use super::HeldPlace;
@@ -21,6 +22,35 @@ pub fn prefer(mut planner: Planner, place: HeldPlace) -> Planner {
         place,
     });
     planner
+}
+
+/// `planner` accepting only offers in `place`, on top of what it accepted before.
+pub fn confine(mut planner: Planner, place: HeldPlace) -> Planner {
+    planner.filter = Arc::new(InPlace {
+        inner: planner.filter,
+        place,
+    });
+    planner
+}
+
+#[derive(Debug)]
+struct InPlace {
+    inner: Arc<dyn OfferFilter>,
+    place: HeldPlace,
+}
+
+impl OfferFilter for InPlace {
+    fn accepts(
+        &self,
+        w: &WorkloadSpec,
+        o: &Offer,
+        attempts: &[Attempt],
+    ) -> Result<bool, PolicyError> {
+        if o.provider != self.place.provider || o.region != self.place.region {
+            return Ok(false);
+        }
+        self.inner.accepts(w, o, attempts)
+    }
 }
 
 #[derive(Debug)]
@@ -97,5 +127,31 @@ mod tests {
             .map(|c| c.offer.id.as_str())
             .collect();
         assert_eq!(ids, ["ca", "eu"], "{}", plan.explanation);
+    }
+
+    #[test]
+    fn a_confined_planner_keeps_only_offers_in_the_place() {
+        let offers = [offer("eu", "EU-SE-1", 0.30), offer("ca", "CA-MTL-1", 0.40)];
+        let place = HeldPlace {
+            provider: ProviderId::Runpod,
+            region: "CA-MTL-1".into(),
+        };
+        let planner = confine(Planner::default(), place);
+        let w = neocloud_fixtures::workload();
+        let input = PlanInput {
+            workload: &w,
+            offers: &offers,
+            attempts: &[],
+            enabled: &[],
+            skipped: &[],
+            now: chrono::Utc::now(),
+        };
+        let plan = planner.plan(&input).unwrap();
+        let ids: Vec<_> = plan
+            .candidates
+            .iter()
+            .map(|c| c.offer.id.as_str())
+            .collect();
+        assert_eq!(ids, ["ca"], "{}", plan.explanation);
     }
 }

@@ -245,6 +245,10 @@ impl Reconciler {
             if matches!(reason, "InstanceStopped" | "InstanceFailed") {
                 return self.rerent(pod, &b, status, message).await;
             }
+            // A gang member: its fallback policy may end the whole gang instead.
+            if let Some(gave_up) = self.gang_ends(pod, &status, class, &message) {
+                return self.end_gang(pod, &b, gave_up, message).await;
+            }
             return self.replace(pod, &b, status, class, message).await;
         }
         self.event(pod, true, reason, message.clone()).await;

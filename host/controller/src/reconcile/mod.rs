@@ -22,6 +22,7 @@ mod egress;
 mod endings;
 mod env;
 mod files;
+mod gangs;
 mod mirror;
 mod objects;
 mod placing;
@@ -106,6 +107,8 @@ pub struct ReconcilerConfig {
     /// The budget held for admitted ProvisioningRequests, which their Pods take; `None`: the
     /// node serves no ProvisioningRequest class.
     pub holds: Option<Arc<crate::holds::Holds>>,
+    /// The gangs of the node's Pods and the budget held for them (see `gangs`).
+    pub gangs: Arc<crate::holds::gangs::Gangs>,
 }
 
 impl ReconcilerConfig {
@@ -126,6 +129,7 @@ impl ReconcilerConfig {
             receipt_retention: Some(Duration::from_secs(30 * 86_400)),
             relays: None,
             holds: None,
+            gangs: crate::holds::gangs::Gangs::new(),
         }
     }
 }

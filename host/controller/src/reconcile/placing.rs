@@ -16,6 +16,7 @@ use neocloud_core::{AttemptOutcome, InstancePhase, InstanceState, WorkloadSpec};
 use tracing::Instrument as _;
 
 use super::attempts::{attempted_providers, class_reason, ended_over_budget, from_record};
+use super::gangs::Gate;
 use super::mirror::{describe, provider_said};
 use super::pod_status::DesiredPod;
 use super::recorder::{BindingRecorder, write_status};
@@ -31,7 +32,7 @@ impl Reconciler {
     /// own expressions on top: its constraint must hold as well as the policy's, and its rank,
     /// if it has one, replaces the policy's. Also returns ` under policy <name> (<digest>)` for
     /// events.
-    fn with_policy(
+    pub(super) fn with_policy(
         &self,
         w: &WorkloadSpec,
         pod_planner: Planner,
@@ -186,6 +187,14 @@ impl Reconciler {
                 return self.wait(pod, &b, status, e.reason(), e.to_string()).await;
             }
         };
+        // A gang member waits for its gang, and then rents in the gang's place only.
+        let (member, planner) = match self.gang_gate(pod, &b, &status).await? {
+            Gate::Done(action) => return Ok(action),
+            Gate::Solo => (None, planner),
+            Gate::Member { key, round, place } => {
+                (Some((key, round)), crate::holds::confine(planner, place))
+            }
+        };
         // The Pod says nothing while it is planned (it is Pending, as the API server made it):
         // what it says next is the outcome (Running, Provisioning, Waiting, NoOffer...), one
         // write instead of two. A Pod waiting keeps its reason while it is planned again.
@@ -218,7 +227,9 @@ impl Reconciler {
         // A Pod admitted by Kueue through a ProvisioningRequest takes (drops) the budget held
         // for it just before it reserves its own, and prefers the place the request was planned
         // in (see `crate::provisioning`).
-        let held = self.cfg.holds.as_ref().and_then(|h| h.take_for(pod));
+        let held = (self.cfg.holds.as_ref())
+            .filter(|_| member.is_none())
+            .and_then(|h| h.take_for(pod));
         let planner = match held {
             Some(place) => crate::holds::prefer(planner, place),
             None => planner,
@@ -254,6 +265,16 @@ impl Reconciler {
         // attempt of this round in it.
         let b = recorder.binding();
         let status = recorder.status();
+        if let (Some((key, round)), Err(e)) = (&member, &result)
+            && let Some((reason, message)) = gang_failure(e)
+        {
+            recorder.flush().await?;
+            let b = recorder.binding();
+            let status = recorder.status();
+            return self
+                .gang_failed(pod, &b, status, (key, *round), &reason, message)
+                .await;
+        }
         match result {
             Ok((rental, plan)) => {
                 let outcome = if rental.adopted {
@@ -414,6 +435,26 @@ impl Reconciler {
             .await?;
         Ok(Action::requeue(self.cfg.poll_interval))
     }
+}
+
+/// A gang member's rental that failed, as a reason and a message: every outcome but a rental,
+/// a record the API server refused (the Pod is going away) and a provider's error (its outcome
+/// is unknown, and the Pod looks for its instance again).
+fn gang_failure(e: &BrokerError) -> Option<(String, String)> {
+    let reason = match e {
+        BrokerError::NoCandidates { .. } => "NoOffer".to_owned(),
+        BrokerError::OffersTaken { .. } => "OffersTaken".to_owned(),
+        BrokerError::GaveUp { attempts, .. } if ended_over_budget(attempts) => {
+            "OverBudget".to_owned()
+        }
+        BrokerError::GaveUp { attempts, .. } => attempts
+            .last()
+            .and_then(|a| a.failure())
+            .map_or_else(|| "GaveUp".to_owned(), class_reason),
+        BrokerError::Policy(_) => "PolicyError".to_owned(),
+        BrokerError::Record { .. } | BrokerError::Provider(_) => return None,
+    };
+    Some((reason, e.to_string()))
 }
 
 /// Two constraints that must both hold (a policy's and the Pod's own).

@@ -269,6 +269,12 @@ impl Reconciler {
                 }
                 Ok(Action::await_change())
             }
+            _ if status.instance_id.is_some() && self.gang_stale(pod) => {
+                // Rented in a gang round that broke: released, to be rented with the gang.
+                let key = Self::gang_key(pod).unwrap_or_default();
+                let done = self.gang_release(&key, pod, &b, status).await?;
+                Ok(done.unwrap_or_else(|| Action::requeue(self.cfg.release_poll)))
+            }
             _ if status.instance_id.is_some() => self.mirror(pod, b, status).await,
             _ => self.place(pod, b, status).await,
         }
@@ -358,6 +364,9 @@ impl Reconciler {
         ignore_gone(pods.delete(&pod.name_any(), &dp).await)?;
         let uid = pod.uid().unwrap_or_default();
         self.translations.forget(&uid);
+        if let Some(gang) = Self::gang_key(pod).and_then(|k| self.cfg.gangs.get(&k)) {
+            gang.state.lock().released(&uid);
+        }
         if let Some(runners) = &self.cfg.runners {
             runners.forget(&uid);
         }

@@ -15,7 +15,7 @@ use crate::workload::{CapacityType, GpuRequest, ProviderHints, RunpodCloudType, 
 pub const ANNOTATION_PREFIX: &str = "cloud.aibrix.ai/";
 
 /// Every annotation name (after the prefix) a Pod may carry.
-pub const KNOWN_ANNOTATIONS: [&str; 16] = [
+pub const KNOWN_ANNOTATIONS: [&str; 18] = [
     "gpu-type",
     "max-price",
     "capacity-type",
@@ -32,6 +32,8 @@ pub const KNOWN_ANNOTATIONS: [&str; 16] = [
     "runpod-cloud-type",
     "runner",
     "egress",
+    "gang",
+    "gang-size",
 ];
 
 /// The longest CEL expression accepted in `constraints` or `rank`.
@@ -92,6 +94,10 @@ impl Parsed {
             "egress" => {
                 super::parse_egress(value)?;
             }
+            // A gang and its size: they describe a group of Pods, not this Pod's rental, and are
+            // read (and their values checked, the group's agreement included) where gangs are
+            // held, `neocloud_controller::holds::gangs`.
+            "gang" | "gang-size" => {}
             _ => {
                 return Err(format!(
                     "unknown annotation; known ones are {}",

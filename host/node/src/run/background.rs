@@ -12,7 +12,7 @@ use neocloud_broker::Renter;
 use neocloud_core::{CapacityType, InstancePhase, OfferQuery, ProviderId};
 use tokio::sync::watch;
 
-use super::capacity::{advertised_gpus, bound_gpus};
+use super::capacity::{advertised_gpus, bound_gpus, remaining_usd_per_hour};
 use crate::metrics::Metrics;
 use crate::reconcile::Reconciler;
 use crate::vnode::Health;
@@ -46,10 +46,7 @@ pub async fn check_health(
         }
         let healthy = failures.len() < ids.len();
         let view = renter.catalog.offers(&any_gpu, &[]).await;
-        let budget = &renter.budget;
-        let remaining = budget
-            .cap_usd_per_hour()
-            .map(|cap| cap - budget.running_usd_per_hour() - budget.in_flight_usd_per_hour());
+        let remaining = remaining_usd_per_hour(&renter.budget);
         let bound = reconciler
             .caches()
             .map_or(0, |c| bound_gpus(c.pods.state().iter().map(|p| &**p)));

@@ -3,10 +3,12 @@
 //! the node advertises, and the budget already pays for the ones that run) plus as many as the
 //! rest of the cluster budget buys at the cheapest price per GPU on offer. Budget held for a
 //! ProvisioningRequest counts as buyable here: it is held for the request's own Pods, which the
-//! scheduler must still be able to place. The node's configured ceiling is applied on top (in
-//! the Node status).
+//! scheduler must still be able to place. Budget held for a gang does not: its members are
+//! bound already, so it counts as spent from the moment it is held, and the advertised GPUs
+//! drop with it. The node's configured ceiling is applied on top (in the Node status).
 
 use k8s_openapi::api::core::v1::Pod;
+use neocloud_broker::BudgetGuard;
 use neocloud_core::Offer;
 use neocloud_kube_target::capacity::pod_gpus;
 
@@ -26,6 +28,15 @@ pub fn advertised_gpus(
         return 0;
     }
     buyable.saturating_add(bound)
+}
+
+/// What is left of the cluster budget, USD per hour: the cap less what runs and what is in
+/// flight (rentals under way and every hold, a gang's and a ProvisioningRequest's); `None`
+/// without a cap.
+pub fn remaining_usd_per_hour(budget: &BudgetGuard) -> Option<f64> {
+    budget
+        .cap_usd_per_hour()
+        .map(|cap| cap - budget.running_usd_per_hour() - budget.in_flight_usd_per_hour())
 }
 
 /// The GPUs the scheduler counts against the node for `pods` (bound to it): those of the Pods
@@ -139,6 +150,62 @@ mod tests {
         assert_eq!(advertised_gpus(&offers, 2, None, 0.0), u32::MAX);
         // Spent past the cap (an adopted instance): the bound GPUs only.
         assert_eq!(advertised_gpus(&offers, 3, Some(-0.4), 0.0), 3);
+    }
+
+    #[test]
+    fn a_gang_s_held_budget_counts_as_spent_and_the_advertised_gpus_drop_with_it() {
+        use std::time::{Duration, Instant};
+
+        use neocloud_controller::holds::HeldPlace;
+        use neocloud_controller::holds::gangs::Gangs;
+        use neocloud_controller::holds::regions::{Pick, Place};
+
+        let offers = [offer(1, 0.4)];
+        let budget = BudgetGuard::new(Some(2.0));
+        let gangs = Gangs::new();
+        assert_eq!(
+            advertised_gpus(&offers, 0, remaining_usd_per_hour(&budget), 0.0),
+            5
+        );
+        let pick = Pick {
+            set: 0,
+            offer_id: "o".into(),
+            gpu: "A40".into(),
+            usd_per_hour: 0.4,
+        };
+        let place = Place {
+            provider: ProviderId::Fake,
+            region: "r".into(),
+            picks: vec![pick; 4],
+        };
+        let held = HeldPlace {
+            provider: ProviderId::Fake,
+            region: "r".into(),
+        };
+        let reservations = place.reserve(&budget).unwrap();
+        let until = Instant::now() + Duration::from_secs(60);
+        let key = "gang:team-a/train";
+        gangs
+            .holds()
+            .hold(key, "team-a/train", held, reservations, until);
+        // The node adds back only what is held for ProvisioningRequests, never a gang's hold.
+        let remaining = remaining_usd_per_hour(&budget);
+        assert_eq!(advertised_gpus(&offers, 0, remaining, 0.0), 1);
+        assert!((gangs.usd_per_hour() - 1.6).abs() < 1e-9);
+        // A member that takes its share reserves its own in its place: still one.
+        gangs.holds().take(key, "w-0");
+        let own = budget.reserve(0.4).unwrap();
+        assert_eq!(
+            advertised_gpus(&offers, 0, remaining_usd_per_hour(&budget), 0.0),
+            1
+        );
+        // The gang released: the budget buys five again.
+        gangs.holds().release(key);
+        drop(own);
+        assert_eq!(
+            advertised_gpus(&offers, 0, remaining_usd_per_hour(&budget), 0.0),
+            5
+        );
     }
 
     #[test]

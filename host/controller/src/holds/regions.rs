@@ -1,20 +1,24 @@
-//! Planning a whole request: from each pod set's planned candidates (the broker's planner, run
-//! per pod set) to the places — one provider and one region each — whose offers cover every Pod
-//! of the request at once, best first.
+//! Planning a group of Pods at once (a ProvisioningRequest's pod sets, a gang's members): from
+//! each pod set's planned candidates (the broker's planner, run per pod set) to the places — one
+//! provider and one region each — whose offers cover every Pod of the group at once, best
+//! first; and the budget of a place reserved for all its Pods or none ([`Place::reserve`]).
 //!
-//! Pure: it fetches nothing and holds no budget (see `decide`). An offer that names one machine
+//! Pure but for the budget guard: it fetches nothing. An offer that names one machine
 //! (`machine_id`, as Vast's asks do) is used for one Pod at most; other offers (a GPU type in a
 //! data center) do not say how many machines they have left, and are taken as enough.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
-use neocloud_broker::Candidate;
+use neocloud_broker::{BudgetExceeded, BudgetGuard, Candidate, Reservation};
 use neocloud_core::ProviderId;
 
 /// One pod set, planned.
 #[derive(Debug, Clone)]
 pub struct PlannedSet<'a> {
-    /// The PodTemplate's name, for messages.
+    /// What the set is, for messages: `PodTemplate` (a ProvisioningRequest's) or `gang member`.
+    pub noun: &'a str,
+    /// The PodTemplate's or the member's name, for messages.
     pub template: &'a str,
     /// How many Pods.
     pub count: u32,
@@ -68,6 +72,27 @@ impl Place {
             .collect();
         format!("{} {}: {}", self.provider, self.region, parts.join(", "))
     }
+
+    /// One reservation per Pod, all or none; refused with the budget's figures and the place's
+    /// whole price as `requested`.
+    pub fn reserve(&self, budget: &Arc<BudgetGuard>) -> Result<Vec<Reservation>, BudgetExceeded> {
+        let mut held = Vec::with_capacity(self.picks.len());
+        for pick in &self.picks {
+            match budget.reserve(pick.usd_per_hour) {
+                Ok(r) => held.push(r),
+                Err(_) => {
+                    drop(held);
+                    return Err(BudgetExceeded {
+                        cap: budget.cap_usd_per_hour().unwrap_or(f64::INFINITY),
+                        running: budget.running_usd_per_hour(),
+                        in_flight: budget.in_flight_usd_per_hour(),
+                        requested: self.usd_per_hour(),
+                    });
+                }
+            }
+        }
+        Ok(held)
+    }
 }
 
 /// Why no place covers the request.
@@ -75,7 +100,7 @@ impl Place {
 pub enum NoPlace {
     /// A pod set has no candidate at all.
     NoOffer {
-        /// The pod set's template.
+        /// The pod set, as `PodTemplate ppt-main` or `gang member w-0`.
         template: String,
         /// The planner's explanation.
         explanation: String,
@@ -102,7 +127,7 @@ impl NoPlace {
             NoPlace::NoOffer {
                 template,
                 explanation,
-            } => format!("no offer for the pods of PodTemplate {template}: {explanation}"),
+            } => format!("no offer for the pods of {template}: {explanation}"),
             NoPlace::NoRegion { message } => {
                 format!("not enough capacity in any one provider and region: {message}")
             }
@@ -117,7 +142,7 @@ type Region = (ProviderId, String);
 pub fn places(sets: &[PlannedSet<'_>]) -> Result<Vec<Place>, NoPlace> {
     if let Some(empty) = sets.iter().find(|s| s.candidates.is_empty()) {
         return Err(NoPlace::NoOffer {
-            template: empty.template.to_owned(),
+            template: format!("{} {}", empty.noun, empty.template),
             explanation: empty.explanation.to_owned(),
         });
     }
@@ -187,8 +212,8 @@ fn cover(sets: &[PlannedSet<'_>], region: &Region) -> Result<Vec<Pick>, String> 
         }
         if got < set.count {
             return Err(format!(
-                "{} {} has {got} of the {} machines PodTemplate {} needs",
-                region.0, region.1, set.count, set.template
+                "{} {} has {got} of the {} machines {} {} needs",
+                region.0, region.1, set.count, set.noun, set.template
             ));
         }
     }
@@ -222,6 +247,7 @@ mod tests {
 
     fn set<'a>(count: u32, candidates: &'a [Candidate]) -> PlannedSet<'a> {
         PlannedSet {
+            noun: "PodTemplate",
             template: "ppt-main",
             count,
             candidates,
