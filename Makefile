@@ -40,11 +40,13 @@ clippy: ## clippy on every crate and target, warnings are errors
 # and the doc tests. A failing binary does not keep the others from running, so one run reports
 # every failure. The output is kept in target/test.log; on a failure the panics and then the
 # failed tests, each after the binary it ran in, are printed again at the end, where a CI log's
-# tail shows them.
+# tail shows them. TEST_REPEAT=5 runs the whole set five times from one build and prints each
+# binary's passes (the way to find flaky binaries).
 TEST_JOBS ?= 2
+TEST_REPEAT ?= 1
 test: testenv policies ## every test: unit, provider and integration (starts a real control plane)
 	@mkdir -p target
-	@if CARGO=$(CARGO) TEST_JOBS=$(TEST_JOBS) python3 hack/ci/run-tests.py --workspace 2>&1 | tee target/test.log; then exit 0; fi; \
+	@if CARGO=$(CARGO) TEST_JOBS=$(TEST_JOBS) TEST_REPEAT=$(TEST_REPEAT) python3 hack/ci/run-tests.py --workspace 2>&1 | tee target/test.log; then exit 0; fi; \
 	echo; echo "== the panics (whole output in target/test.log)"; \
 	{ grep -A6 -E '^thread .* panicked at' target/test.log || true; } | cut -c1-300 | tail -n 60; \
 	echo; echo "== the failed tests"; \

@@ -13,7 +13,12 @@ Every binary runs even after a failure (as `--no-fail-fast`). A binary still run
 TEST_TIMEOUT seconds (1800) is killed with its process group and counts as failed. Exit status:
 0 when every binary passed, 101 otherwise, as cargo's.
 
-Arguments after the options are passed to `cargo test` (for example `-p neocloud-node`).
+Arguments are passed to `cargo test` (for example `-p neocloud-node`, or `--workspace --test '*'`
+for the integration test binaries only).
+
+TEST_REPEAT=N runs the whole set N times, round after round from one build, then prints a table
+of each binary's passes and its shortest and longest run (kept in target/test-rounds.md too): the
+way to find flaky binaries. The doc tests run once, in the first round only.
 """
 
 import json
@@ -150,6 +155,59 @@ def main():
         flush=True,
     )
 
+    repeat = max(1, int(os.environ.get("TEST_REPEAT", "1")))
+    rounds = []
+    for n in range(1, repeat + 1):
+        if repeat > 1:
+            print(f"run-tests: round {n} of {repeat}", flush=True)
+        rounds.append(run_round(cargo, args, jobs, timeout, shared, alone, doc=n == 1))
+        try:
+            CACHE.mkdir(parents=True, exist_ok=True)
+            known.update({k: took for k, (ok, took) in rounds[-1].items() if k != "doc tests"})
+            DURATIONS.write_text(json.dumps(known, indent=1, sort_keys=True))
+        except OSError as e:
+            print(f"run-tests: cannot keep the durations: {e}", file=sys.stderr)
+
+    failed = sorted({k for r in rounds for k, (ok, _) in r.items() if not ok})
+    wall = time.monotonic() - started
+    busy = sum(took for r in rounds for _, took in r.values())
+    if repeat > 1:
+        table = rounds_table(rounds)
+        print(table)
+        try:
+            Path("target").mkdir(exist_ok=True)
+            Path("target/test-rounds.md").write_text(table)
+        except OSError as e:
+            print(f"run-tests: cannot write target/test-rounds.md: {e}", file=sys.stderr)
+    total = sum(len(r) for r in rounds)
+    bad = sum(1 for r in rounds for ok, _ in r.values() if not ok)
+    print(
+        f"run-tests: {total - bad} of {total} passed in {wall:.0f} s "
+        f"(the binaries' own times add up to {busy:.0f} s)"
+    )
+    for k in failed:
+        print(f"run-tests: FAILED {k}")
+    return 101 if failed else 0
+
+
+def rounds_table(rounds):
+    """A Markdown table: each binary, its passes out of its runs, its shortest and longest run."""
+    lines = ["| test binary | passed | shortest | longest |", "| --- | --- | --- | --- |"]
+    for k in sorted({k for r in rounds for k in r if k != "doc tests"}):
+        runs = [r[k] for r in rounds if k in r]
+        times = [took for _, took in runs]
+        passed = sum(1 for ok, _ in runs if ok)
+        fails = [str(i + 1) for i, r in enumerate(rounds) if k in r and not r[k][0]]
+        note = f" (failed in round {', '.join(fails)})" if fails else ""
+        lines.append(
+            f"| {k} | {passed} of {len(runs)}{note} | {min(times):.1f} s | {max(times):.1f} s |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_round(cargo, args, jobs, timeout, shared, alone, doc):
+    """Runs every binary once (the shared ones `jobs` at a time, then the others alone), and the
+    doc tests when `doc`; returns {binary: (passed, seconds)}."""
     results, lock, out = {}, threading.Lock(), sys.stdout
 
     def worker(queue):
@@ -182,26 +240,12 @@ def main():
         run_one(b, timeout, results, lock, out)
 
     # Doc tests: rustdoc builds and runs them; nothing else runs beside.
-    doc = subprocess.run([cargo, "test", "--doc", "--no-fail-fast", *args])
-    results["doc tests"] = (doc.returncode == 0, 0.0)
-
-    try:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        known.update({k: took for k, (ok, took) in results.items() if k != "doc tests"})
-        DURATIONS.write_text(json.dumps(known, indent=1, sort_keys=True))
-    except OSError as e:
-        print(f"run-tests: cannot keep the durations: {e}", file=sys.stderr)
-
-    failed = sorted(k for k, (ok, _) in results.items() if not ok)
-    wall = time.monotonic() - started
-    busy = sum(took for _, took in results.values())
-    print(
-        f"run-tests: {len(results) - len(failed)} of {len(results)} passed in {wall:.0f} s "
-        f"(the binaries' own times add up to {busy:.0f} s)"
-    )
-    for k in failed:
-        print(f"run-tests: FAILED {k}")
-    return 101 if failed else 0
+    # `cargo test --doc` refuses other target selections (`--test '*'`): no doc tests then.
+    targeted = any(a in ("--test", "--tests", "--lib", "--bins") or a.startswith("--test=") for a in args)
+    if doc and not targeted:
+        code = subprocess.run([cargo, "test", "--doc", "--no-fail-fast", *args]).returncode
+        results["doc tests"] = (code == 0, 0.0)
+    return results
 
 
 if __name__ == "__main__":
