@@ -176,6 +176,12 @@ state = "{state}"
             "imageGCHighThresholdPercent": 100,
             "localStorageCapacityIsolation": false,
             "resolvConf": "",
+            // The kubelet renews its Lease every quarter of this (5 s, not the default 10 s):
+            // the test control plane's node-monitor grace period is 10 s, so a renewal every 10
+            // s let a late one mark the node unreachable for a moment, and a scheduler that ran
+            // then sent every Pod elsewhere (the in_cluster trainers all went to the virtual
+            // node once in five runs).
+            "nodeLeaseDurationSeconds": 20,
         });
         let config_path = self.dir.join("kubelet.yaml");
         write_file(&config_path, &config.to_string())?;
