@@ -39,6 +39,13 @@ pub struct HeldPlace {
     pub region: String,
 }
 
+impl HeldPlace {
+    /// Whether `offer` is in this provider and region.
+    pub fn holds(&self, offer: &neocloud_core::Offer) -> bool {
+        offer.provider == self.provider && offer.region == self.region
+    }
+}
+
 #[derive(Debug)]
 struct Held {
     uid: String,

@@ -46,7 +46,7 @@ impl OfferFilter for InPlace {
         o: &Offer,
         attempts: &[Attempt],
     ) -> Result<bool, PolicyError> {
-        if o.provider != self.place.provider || o.region != self.place.region {
+        if !self.place.holds(o) {
             return Ok(false);
         }
         self.inner.accepts(w, o, attempts)
@@ -61,11 +61,7 @@ struct PreferPlace {
 
 impl PreferPlace {
     fn bonus(&self, o: &Offer) -> f64 {
-        if o.provider == self.place.provider && o.region == self.place.region {
-            BONUS
-        } else {
-            0.0
-        }
+        if self.place.holds(o) { BONUS } else { 0.0 }
     }
 }
 
@@ -103,14 +99,14 @@ mod tests {
         }
     }
 
-    #[test]
-    fn offers_in_the_held_place_come_first_even_when_dearer() {
+    /// The ids of the offers `wrap(planner, CA-MTL-1)` plans, in its order, and its explanation.
+    fn planned(wrap: fn(Planner, HeldPlace) -> Planner) -> (Vec<String>, String) {
         let offers = [offer("eu", "EU-SE-1", 0.30), offer("ca", "CA-MTL-1", 0.40)];
         let place = HeldPlace {
             provider: ProviderId::Runpod,
             region: "CA-MTL-1".into(),
         };
-        let planner = prefer(Planner::default(), place);
+        let planner = wrap(Planner::default(), place);
         let w = neocloud_fixtures::workload();
         let input = PlanInput {
             workload: &w,
@@ -121,37 +117,19 @@ mod tests {
             now: chrono::Utc::now(),
         };
         let plan = planner.plan(&input).unwrap();
-        let ids: Vec<_> = plan
-            .candidates
-            .iter()
-            .map(|c| c.offer.id.as_str())
-            .collect();
-        assert_eq!(ids, ["ca", "eu"], "{}", plan.explanation);
+        let ids = plan.candidates.iter().map(|c| c.offer.id.clone()).collect();
+        (ids, plan.explanation)
+    }
+
+    #[test]
+    fn offers_in_the_held_place_come_first_even_when_dearer() {
+        let (ids, explanation) = planned(prefer);
+        assert_eq!(ids, ["ca", "eu"], "{explanation}");
     }
 
     #[test]
     fn a_confined_planner_keeps_only_offers_in_the_place() {
-        let offers = [offer("eu", "EU-SE-1", 0.30), offer("ca", "CA-MTL-1", 0.40)];
-        let place = HeldPlace {
-            provider: ProviderId::Runpod,
-            region: "CA-MTL-1".into(),
-        };
-        let planner = confine(Planner::default(), place);
-        let w = neocloud_fixtures::workload();
-        let input = PlanInput {
-            workload: &w,
-            offers: &offers,
-            attempts: &[],
-            enabled: &[],
-            skipped: &[],
-            now: chrono::Utc::now(),
-        };
-        let plan = planner.plan(&input).unwrap();
-        let ids: Vec<_> = plan
-            .candidates
-            .iter()
-            .map(|c| c.offer.id.as_str())
-            .collect();
-        assert_eq!(ids, ["ca"], "{}", plan.explanation);
+        let (ids, explanation) = planned(confine);
+        assert_eq!(ids, ["ca"], "{explanation}");
     }
 }
