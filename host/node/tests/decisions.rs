@@ -5,29 +5,15 @@
 //! event names the offer actually rented; and a budget rebuilt by a restarted reconciler keeps
 //! the cluster cap.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use kube::Api;
-use kube::api::PostParams;
 use neocloud_broker::LadderLimits;
 use neocloud_cloudsim::{CloudSim, CloudSimConfig, FaultKind, FaultRule, SimConfig};
-use neocloud_node::crd::{AttemptOutcome, BurstPolicy};
+use neocloud_node::crd::AttemptOutcome;
 use serde_json::json;
 
 mod support;
 use support::world::{World, phase, reason, running};
-
-fn policy_build(file: &str) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let path = root.join("policies/build").join(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run `make policies` first",
-        path.display()
-    );
-    path.canonicalize().unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_that_gives_up_after_a_lost_create_keeps_every_attempt_and_the_instance_is_terminated()
@@ -122,27 +108,7 @@ async fn a_fallback_policy_s_skip_retry_and_wait_are_recorded_in_order_with_its_
     .unwrap();
     let world = World::with_sims("dec-policy", sims).await;
     let name = format!("js-fallback-{}", world.ctx.namespace);
-    let policy: BurstPolicy = serde_json::from_value(json!({
-        "apiVersion": "cloud.aibrix.ai/v1alpha1", "kind": "BurstPolicy",
-        "metadata": {"name": name},
-        "spec": {"wasm": {"path": policy_build("fallback-js.wasm")}}
-    }))
-    .unwrap();
-    let policies = Api::<BurstPolicy>::all(world.ctx.client.clone());
-    policies
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
-    // Every test's registry in this control plane compiles the 12 MB component; on a loaded
-    // machine that takes longer than a Pod's wait, so the Pod comes once it has loaded.
-    support::wait_policy(
-        &world.ctx.client,
-        &name,
-        "loaded",
-        180,
-        support::policy_loaded,
-    )
-    .await;
+    support::create_wasm_policy(&world.ctx.client, &name, "fallback-js.wasm").await;
     // RunPod answers its first create with a 503: the policy retries it after 2 s.
     world.sims.runpod.add_fault(FaultRule::next(
         "POST /v2/pods",

@@ -62,6 +62,16 @@ fn a40_capacity(sims: &CloudSim, region: &str, available: u32) {
     assert!(sims.runpod.set_capacity(offer.id, available));
 }
 
+/// Waits up to 30 s for the simulators to hold no live instance (the callers assert it).
+async fn wait_released(world: &World) {
+    for _ in 0..300 {
+        if world.sims.ledger().live().is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn wait_all(world: &World, names: &[&str], what: &str, f: impl Fn(&Pod) -> bool + Copy) {
     for name in names {
         world.wait_pod(name, what, f).await;
@@ -407,12 +417,7 @@ async fn a_fallback_policy_that_gives_up_on_a_reclaim_ends_the_whole_gang() {
         message(&w1)
     );
     // Both instances are released, and nothing was rented again.
-    for _ in 0..300 {
-        if world.sims.ledger().live().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_released(&world).await;
     let ledger = world.sims.ledger();
     assert!(ledger.live().is_empty(), "{ledger:?}");
     assert_eq!(ledger.entries.len(), 2, "no replacement: {ledger:?}");
@@ -420,38 +425,9 @@ async fn a_fallback_policy_that_gives_up_on_a_reclaim_ends_the_whole_gang() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sample_fallback_policy_replaces_a_first_reclaim_and_ends_the_gang_on_a_second() {
-    use kube::Api;
-    use kube::api::PostParams;
-    use neocloud_node::crd::BurstPolicy;
-
     let world = World::new("gang-js").await;
-    let wasm = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../policies/build/fallback-js.wasm");
-    assert!(
-        wasm.exists(),
-        "{} is missing: run `make policies` first",
-        wasm.display()
-    );
     let name = format!("gang-fallback-{}", world.ctx.namespace);
-    let policy: BurstPolicy = serde_json::from_value(json!({
-        "apiVersion": "cloud.aibrix.ai/v1alpha1", "kind": "BurstPolicy",
-        "metadata": {"name": name},
-        "spec": {"wasm": {"path": wasm.canonicalize().unwrap()}}
-    }))
-    .unwrap();
-    let policies = Api::<BurstPolicy>::all(world.ctx.client.clone());
-    policies
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
-    support::wait_policy(
-        &world.ctx.client,
-        &name,
-        "loaded",
-        180,
-        support::policy_loaded,
-    )
-    .await;
+    support::create_wasm_policy(&world.ctx.client, &name, "fallback-js.wasm").await;
     let names = ["w-0", "w-1"];
     let spot = json!({"cloud.aibrix.ai/providers": "runpod", "cloud.aibrix.ai/gpu-type": "A40",
         "cloud.aibrix.ai/capacity-type": "spot", "cloud.aibrix.ai/policy": name});
@@ -480,12 +456,7 @@ async fn the_sample_fallback_policy_replaces_a_first_reclaim_and_ends_the_gang_o
         "{}",
         message(&w1)
     );
-    for _ in 0..300 {
-        if world.sims.ledger().live().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_released(&world).await;
     let ledger = world.sims.ledger();
     assert!(ledger.live().is_empty(), "{ledger:?}");
     assert_eq!(

@@ -188,6 +188,38 @@ pub async fn rent(provider: &Arc<dyn Provider>, name: &str) -> InstanceState {
     provider.create(&request).await.unwrap()
 }
 
+/// The built guest policy `file` under `policies/build/` (`make policies` builds them).
+pub fn policy_build(file: &str) -> std::path::PathBuf {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let path = root.join("policies/build").join(file);
+    assert!(
+        path.exists(),
+        "{} is missing: run `make policies` first",
+        path.display()
+    );
+    path.canonicalize().unwrap()
+}
+
+/// Creates the cluster-wide BurstPolicy `name` running the built guest policy `file`, and waits
+/// up to 180 s for it to load. Every test's registry in this control plane compiles the 12 MB
+/// component; on a loaded machine that takes longer than a Pod's wait, so the Pod comes once it
+/// has loaded.
+pub async fn create_wasm_policy(client: &kube::Client, name: &str, file: &str) {
+    use kube::api::PostParams;
+    use neocloud_node::crd::BurstPolicy;
+    let policy: BurstPolicy = serde_json::from_value(json!({
+        "apiVersion": "cloud.aibrix.ai/v1alpha1", "kind": "BurstPolicy",
+        "metadata": {"name": name},
+        "spec": {"wasm": {"path": policy_build(file)}}
+    }))
+    .unwrap();
+    Api::<BurstPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    wait_policy(client, name, "loaded", 180, policy_loaded).await;
+}
+
 /// BurstPolicy `name` once `f` holds of it, polled every 100 ms for up to `seconds`; panics
 /// saying `what` it waited for and its last status.
 pub async fn wait_policy(
