@@ -183,36 +183,50 @@ impl DesiredPod {
 }
 
 /// Whether the Pod's status already says what `want` says.
+#[cfg(test)]
 pub fn is_current(pod: &Pod, want: &DesiredPod) -> bool {
+    stale_field(pod, want).is_none()
+}
+
+/// The first field of the Pod's status that does not say what `want` says (`None`: it is
+/// current), named for the debug line a status write logs.
+pub fn stale_field(pod: &Pod, want: &DesiredPod) -> Option<&'static str> {
     let Some(status) = &pod.status else {
-        return false;
+        return Some("status");
     };
-    let same_container = status
-        .container_statuses
-        .as_ref()
-        .and_then(|c| c.first())
-        .is_some_and(|c| container_matches(c, want));
-    let restarts = status
-        .container_statuses
-        .as_ref()
-        .and_then(|c| c.first())
-        .map_or(0, |c| c.restart_count);
-    status.phase.as_deref() == Some(want.phase)
-        && status.reason == want.reason
-        && status.message == want.message
-        && same_container
-        && (want.pod_ip.is_none() || status.pod_ip == want.pod_ip)
-        && want.restarts <= restarts
-        && want.preempted.as_ref().is_none_or(|message| {
+    let first = status.container_statuses.as_ref().and_then(|c| c.first());
+    let restarts = first.map_or(0, |c| c.restart_count);
+    let preempted = || {
+        want.preempted.as_ref().is_none_or(|message| {
             status.conditions.iter().flatten().any(|c| {
                 c.type_ == PREEMPTED && c.status == "True" && c.message.as_ref() == Some(message)
             })
         })
+    };
+    if status.phase.as_deref() != Some(want.phase) {
+        Some("phase")
+    } else if status.reason != want.reason {
+        Some("reason")
+    } else if status.message != want.message {
+        Some("message")
+    } else if let Some(field) =
+        first.map_or(Some("containerStatuses"), |c| container_stale(c, want))
+    {
+        Some(field)
+    } else if want.pod_ip.is_some() && status.pod_ip != want.pod_ip {
+        Some("podIP")
+    } else if want.restarts > restarts {
+        Some("restartCount")
+    } else if !preempted() {
+        Some("conditions (Preempted)")
+    } else {
+        None
+    }
 }
 
-fn container_matches(c: &ContainerStatus, want: &DesiredPod) -> bool {
+fn container_stale(c: &ContainerStatus, want: &DesiredPod) -> Option<&'static str> {
     let Some(state) = &c.state else {
-        return false;
+        return Some("containerStatuses[0].state");
     };
     let time = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
         t.map(|t| t.0.to_string())
@@ -226,26 +240,34 @@ fn container_matches(c: &ContainerStatus, want: &DesiredPod) -> bool {
                     && time(t.finished_at.as_ref()).as_ref() == Some(&want.finished_at)
             })
     });
-    c.ready == want.ready()
-        && c.started == Some(want.started())
-        && same_last
-        && match &want.container {
-            Container::Waiting { reason } => state
-                .waiting
-                .as_ref()
-                .is_some_and(|w| w.reason.as_deref() == Some(reason)),
-            Container::BackOff { message } => state.waiting.as_ref().is_some_and(|w| {
-                w.reason.as_deref() == Some(CRASH_LOOP) && w.message.as_ref() == Some(message)
-            }),
-            Container::Running => state.running.as_ref().is_some_and(|r| {
-                want.started_at.is_none()
-                    || time(r.started_at.as_ref()).as_ref() == want.started_at.as_ref()
-            }),
-            Container::Terminated { reason, .. } => state
-                .terminated
-                .as_ref()
-                .is_some_and(|t| t.reason.as_deref() == Some(reason)),
-        }
+    let same_state = match &want.container {
+        Container::Waiting { reason } => state
+            .waiting
+            .as_ref()
+            .is_some_and(|w| w.reason.as_deref() == Some(reason)),
+        Container::BackOff { message } => state.waiting.as_ref().is_some_and(|w| {
+            w.reason.as_deref() == Some(CRASH_LOOP) && w.message.as_ref() == Some(message)
+        }),
+        Container::Running => state.running.as_ref().is_some_and(|r| {
+            want.started_at.is_none()
+                || time(r.started_at.as_ref()).as_ref() == want.started_at.as_ref()
+        }),
+        Container::Terminated { reason, .. } => state
+            .terminated
+            .as_ref()
+            .is_some_and(|t| t.reason.as_deref() == Some(reason)),
+    };
+    if c.ready != want.ready() {
+        Some("containerStatuses[0].ready")
+    } else if c.started != Some(want.started()) {
+        Some("containerStatuses[0].started")
+    } else if !same_last {
+        Some("containerStatuses[0].lastState")
+    } else if !same_state {
+        Some("containerStatuses[0].state")
+    } else {
+        None
+    }
 }
 
 /// The server-side apply body for the Pod's status. `now` is RFC 3339; `host_ip` is the node's

@@ -14,7 +14,7 @@ use neocloud_broker::{CelFilter, CelRanker, Planner};
 use neocloud_core::{WorkloadSpec, translate_pod};
 
 use super::attempts::rfc3339;
-use super::pod_status::{Container, DesiredPod, apply_body, is_current};
+use super::pod_status::{Container, DesiredPod, apply_body, stale_field};
 use super::recorder::write_status;
 use super::release::{Ending, Release, binding_key};
 use super::{Error, FINALIZER, NODE_LABEL, Reconciler};
@@ -69,9 +69,10 @@ fn is_terminal(pod: &Pod) -> bool {
 impl Reconciler {
     /// Writes the Pod's status when it says something else.
     pub(super) async fn set_pod(&self, pod: &Pod, want: &DesiredPod) -> Result<bool, Error> {
-        if is_current(pod, want) {
+        let Some(stale) = stale_field(pod, want) else {
             return Ok(false);
-        }
+        };
+        tracing::debug!(pod = %pod.name_any(), phase = want.phase, reason = ?want.reason, stale, "writing the Pod's status");
         let body = apply_body(pod, want, &self.cfg.host_ip, &rfc3339(Utc::now()));
         let namespace = pod.namespace().unwrap_or_default();
         let request = kube::core::Request::new(Pod::url_path(&(), Some(&namespace)))
