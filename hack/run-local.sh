@@ -38,8 +38,11 @@ bash hack/testenv/build.sh >/dev/null
 bin=$(bash hack/testenv/build.sh --print)
 kubectl="$bin/kubectl"
 
-step "building neocloud-node, neocloud-cloudsim, neocloud-runner and neocloud-testenv (first run: several minutes)"
-cargo build -p neocloud-node -p neocloud-cloudsim -p neocloud-runner -p neocloud-testenv --bins
+# Every binary of the workspace, not only the four used here: with the whole workspace in the build
+# its crates get the features the test build gives them (neocloud-replay's paused tokio clock), so
+# after `make test` nothing is rebuilt; the four alone would rebuild tokio and all above it.
+step "building the workspace's binaries: neocloud-node, neocloud-cloudsim, neocloud-runner, neocloud-testenv and the rest (first run: several minutes)"
+cargo build --workspace --bins
 target=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 

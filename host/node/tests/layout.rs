@@ -394,3 +394,66 @@ fn the_runner_keeps_the_workspace_lints_but_unsafe_code() {
     assert!(expected.len() > 5, "{expected:?}");
     assert_eq!(lint_lines(&runner, "[lints."), expected);
 }
+
+/// Each package of the workspace's graph and its features, from `cargo tree --workspace` with
+/// `extra` arguments: package (name and version) -> its feature sets (a package built for the
+/// host and for the target may appear with two).
+fn tree_features(extra: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--workspace",
+            "--prefix",
+            "none",
+            "--format",
+            "{p} [{f}]",
+        ])
+        .args(extra)
+        .current_dir(root)
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut packages: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let line = line.trim().trim_end_matches(" (*)");
+        let Some((package, features)) = line.rsplit_once(" [") else {
+            continue;
+        };
+        // A workspace member's path is left out: `name vX (/path)` -> `name vX`.
+        let package = package.split(" (").next().unwrap_or(package);
+        packages
+            .entry(package.to_owned())
+            .or_default()
+            .insert(features.trim_end_matches(']').to_owned());
+    }
+    packages
+}
+
+/// A `cargo build --workspace` (what `make run-local` runs) gives every crate the features the
+/// test build gives it, so that after `make test` it rebuilds nothing: a feature that only a
+/// dev-dependency turns on (proptest's, criterion's) makes another build of that crate and of
+/// every crate above it. `neocloud-replay` names those features as normal dependencies.
+#[test]
+fn a_workspace_build_has_the_test_build_s_features() {
+    let normal = tree_features(&["--edges", "no-dev"]);
+    let with_dev = tree_features(&[]);
+    assert!(normal.len() > 100, "{} packages", normal.len());
+    let differ: Vec<String> = normal
+        .iter()
+        .filter_map(|(package, features)| {
+            let test = with_dev.get(package)?;
+            (test != features).then(|| format!("{package}: {features:?} -> {test:?} in tests"))
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "these crates get more features in the test build than in `cargo build --workspace`; \
+         name the missing ones in host/replay/Cargo.toml:\n{}",
+        differ.join("\n")
+    );
+}

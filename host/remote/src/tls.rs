@@ -273,9 +273,10 @@ impl Listener for TlsListener {
 }
 
 /// A TLS client of `addr` that trusts only the certificate `cert_pem` and expects the name
-/// `127.0.0.1`, as the tests' servers present it. For tests only: the kubelet API's tests reach
-/// it through the `test-util` feature.
-#[cfg(any(test, feature = "test-util"))]
+/// `127.0.0.1`, as the tests' servers present it. For tests only (the kubelet API's among them);
+/// compiled always, not behind a feature: a feature that only the tests turn on gives a test build
+/// another `neocloud-remote` than a normal build, and `make run-local` after `make test` would
+/// rebuild every crate above it.
 #[doc(hidden)]
 pub async fn test_connect(
     addr: SocketAddr,
