@@ -11,6 +11,8 @@
 #                                         optimised build of wasmtime, cranelift and k8s-openapi
 #                                         takes most of CI's budget, and a 20 s run needs no speed
 #   fuzz/run.sh build                     build every target
+#   fuzz/run.sh smoke-build               build every target as the smoke does (--dev), without
+#                                         running any: .ci/run builds them beside the workspace
 #
 # cargo-fuzz is taken from PATH, or installed once into a cache keyed by its version. The build
 # goes to ~/.cache/neocloud-testenv/fuzz-target so later runs are incremental. A crash, a leak,
@@ -83,6 +85,12 @@ case "$mode" in
       log "$t: corpus $(find "$cache/fuzz-corpus/$t" -type f | wc -l) files, $(du -sb "$cache/fuzz-corpus/$t" | cut -f1) bytes"
     done
     ;;
+  smoke-build)
+    start=$(date +%s)
+    prune_target_dir
+    cargo_fuzz build "${build_flags[@]}" --dev
+    log "built in $(( $(date +%s) - start ))s"
+    ;;
   smoke)
     seconds=${2:?seconds}
     start=$(date +%s)
@@ -98,7 +106,7 @@ case "$mode" in
     log "smoke of ${#list[@]} targets done in $(( $(date +%s) - start ))s"
     ;;
   *)
-    sed -n '2,16p' "${BASH_SOURCE[0]}" >&2
+    sed -n '2,18p' "${BASH_SOURCE[0]}" >&2
     exit 2
     ;;
 esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs every test binary of the workspace, TEST_JOBS at a time (2 by default), then the doc tests.
+"""Runs every test binary of the workspace, TEST_JOBS at a time (3 by default), then the doc tests.
 
 `make test` calls it. One `cargo test --no-run` builds every test binary; each then runs as cargo
 would run it (in its package's directory, with its package's CARGO_* variables), its output kept
@@ -138,7 +138,7 @@ RUNNING = {}
 def main():
     args = sys.argv[1:]
     cargo = os.environ.get("CARGO", "cargo")
-    jobs = max(1, int(os.environ.get("TEST_JOBS", "2")))
+    jobs = max(1, int(os.environ.get("TEST_JOBS", "3")))
     timeout = int(os.environ.get("TEST_TIMEOUT", "1800"))
     started = time.monotonic()
     binaries = build(cargo, args)
@@ -209,6 +209,7 @@ def run_round(cargo, args, jobs, timeout, shared, alone, doc):
     """Runs every binary once (the shared ones `jobs` at a time, then the others alone), and the
     doc tests when `doc`; returns {binary: (passed, seconds)}."""
     results, lock, out = {}, threading.Lock(), sys.stdout
+    cpu = cpu_times()
 
     def worker(queue):
         while True:
@@ -243,9 +244,30 @@ def run_round(cargo, args, jobs, timeout, shared, alone, doc):
     # `cargo test --doc` refuses other target selections (`--test '*'`): no doc tests then.
     targeted = any(a in ("--test", "--tests", "--lib", "--bins") or a.startswith("--test=") for a in args)
     if doc and not targeted:
+        started = time.monotonic()
         code = subprocess.run([cargo, "test", "--doc", "--no-fail-fast", *args]).returncode
-        results["doc tests"] = (code == 0, 0.0)
+        results["doc tests"] = (code == 0, time.monotonic() - started)
+        print(f"== doc tests: {'ok' if code == 0 else 'FAILED'} in {results['doc tests'][1]:.1f} s")
+    busy, total = cpu_since(cpu)
+    print(f"run-tests: the machine's cores were {busy:.0f} % busy over the round (/proc/stat)", flush=True)
     return results
+
+
+def cpu_times():
+    """(busy, total) jiffies of every core since boot, from /proc/stat; (0, 0) where unreadable."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return (0, 0)
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields) - idle, sum(fields))
+
+
+def cpu_since(before):
+    """The share of the cores that was busy since `before` (cpu_times()), as a percentage."""
+    after = cpu_times()
+    total = after[1] - before[1]
+    return (100.0 * (after[0] - before[0]) / total if total > 0 else 0.0, total)
 
 
 if __name__ == "__main__":
