@@ -41,8 +41,9 @@ clippy: ## clippy on every crate and target, warnings are errors
 # every failure. The output is kept in target/test.log; on a failure the panics and then the
 # failed tests, each after the binary it ran in, are printed again at the end, where a CI log's
 # tail shows them. TEST_REPEAT=5 runs the whole set five times from one build and prints each
-# binary's passes (the way to find flaky binaries). Three on two cores: most binaries spend their
-# time waiting on their control planes and Pods, and the machine stayed partly idle at two.
+# binary's passes (the way to find flaky binaries). Three on two cores: most binaries spend much
+# of their time waiting on their control planes and Pods; at three, the cores were 83 % busy over
+# the truly cold run's round (docs/BENCHMARKS.md).
 TEST_JOBS ?= 3
 TEST_REPEAT ?= 1
 test: testenv policies ## every test: unit, provider and integration (starts a real control plane)
