@@ -248,7 +248,7 @@ def run_round(cargo, args, jobs, timeout, shared, alone, doc):
         code = subprocess.run([cargo, "test", "--doc", "--no-fail-fast", *args]).returncode
         results["doc tests"] = (code == 0, time.monotonic() - started)
         print(f"== doc tests: {'ok' if code == 0 else 'FAILED'} in {results['doc tests'][1]:.1f} s")
-    busy, total = cpu_since(cpu)
+    busy = cpu_since(cpu)
     print(f"run-tests: the machine's cores were {busy:.0f} % busy over the round (/proc/stat)", flush=True)
     return results
 
@@ -267,7 +267,7 @@ def cpu_since(before):
     """The share of the cores that was busy since `before` (cpu_times()), as a percentage."""
     after = cpu_times()
     total = after[1] - before[1]
-    return (100.0 * (after[0] - before[0]) / total if total > 0 else 0.0, total)
+    return 100.0 * (after[0] - before[0]) / total if total > 0 else 0.0
 
 
 if __name__ == "__main__":

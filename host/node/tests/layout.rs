@@ -147,20 +147,26 @@ const SIMULATION_TOOLS: &[&str] = &["neocloud-replay"];
 /// Package name -> the names of its normal (non-dev, non-build) dependencies.
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-/// The workspace's resolved graph from `cargo metadata`, and its member names.
-fn workspace_graph() -> (Graph, BTreeSet<String>) {
+/// What `cargo <args>` prints, run at the workspace's root; fails the test when cargo fails.
+fn cargo_stdout(args: &[&str]) -> Vec<u8> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1"])
+        .args(args)
         .current_dir(root)
         .output()
-        .expect("run cargo metadata");
+        .unwrap_or_else(|e| panic!("run cargo {args:?}: {e}"));
     assert!(
         out.status.success(),
-        "cargo metadata failed: {}",
+        "cargo {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
+    out.stdout
+}
+
+/// The workspace's resolved graph from `cargo metadata`, and its member names.
+fn workspace_graph() -> (Graph, BTreeSet<String>) {
+    let stdout = cargo_stdout(&["metadata", "--format-version", "1"]);
+    let meta: Value = serde_json::from_slice(&stdout).expect("cargo metadata JSON");
     let name_of: BTreeMap<&str, &str> = meta["packages"]
         .as_array()
         .expect("packages")
@@ -399,27 +405,18 @@ fn the_runner_keeps_the_workspace_lints_but_unsafe_code() {
 /// `extra` arguments: package (name and version) -> its feature sets (a package built for the
 /// host and for the target may appear with two).
 fn tree_features(extra: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "--workspace",
-            "--prefix",
-            "none",
-            "--format",
-            "{p} [{f}]",
-        ])
-        .args(extra)
-        .current_dir(root)
-        .output()
-        .expect("run cargo tree");
-    assert!(
-        out.status.success(),
-        "cargo tree failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut args = vec![
+        "tree",
+        "--workspace",
+        "--prefix",
+        "none",
+        "--format",
+        "{p} [{f}]",
+    ];
+    args.extend_from_slice(extra);
+    let stdout = cargo_stdout(&args);
     let mut packages: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in String::from_utf8_lossy(&stdout).lines() {
         let line = line.trim().trim_end_matches(" (*)");
         let Some((package, features)) = line.rsplit_once(" [") else {
             continue;
