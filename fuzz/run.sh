@@ -50,7 +50,10 @@ cargo_fuzz() {
     local root="$cache/cargo-fuzz-$CARGO_FUZZ_VERSION"
     if [ ! -x "$root/bin/cargo-fuzz" ]; then
       log "installing cargo-fuzz $CARGO_FUZZ_VERSION into $root"
-      cargo install --quiet --root "$root" cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
+      # Unoptimised, without debug info: it only drives cargo (17 s to build on two cores, 34 s
+      # optimised).
+      CARGO_PROFILE_DEV_DEBUG=false cargo install --debug --quiet --root "$root" cargo-fuzz \
+        --version "$CARGO_FUZZ_VERSION" --locked
     fi
     export PATH="$root/bin:$PATH"
   fi

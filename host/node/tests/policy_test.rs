@@ -29,8 +29,16 @@ fn node(args: &[&str], paths: &[&Path]) -> Output {
         .args(args)
         .args(paths)
         .env_remove("RUST_LOG")
+        // The compiled components of every test binary's run, not the user's cache: a debug build
+        // compiles the JavaScript and Python guests in about 15 s each.
+        .env("NEOCLOUD_WASM_CACHE_DIR", test_cache())
         .output()
         .expect("run neocloud-node")
+}
+
+/// The compiled-component cache the node's integration tests share (`support::wasm_engine`'s).
+fn test_cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasm-cache")
 }
 
 fn text(out: &Output) -> (String, String) {

@@ -20,7 +20,6 @@ use neocloud_node::policies::PolicyRegistry;
 use neocloud_node::reconcile::{Reconciler, ReconcilerConfig};
 use neocloud_node::vnode::{Health, Heartbeat, NodeConfig};
 use neocloud_policy::cel::{CelEngine, CelLimits};
-use neocloud_policy::wasm::{EngineConfig, WasmEngine};
 use neocloud_providers::Provider;
 use neocloud_testenv::TestContext;
 use serde_json::json;
@@ -139,7 +138,7 @@ impl World {
         let registry = PolicyRegistry::new(
             self.client.clone(),
             Arc::clone(&cel),
-            WasmEngine::new(EngineConfig::default()).unwrap(),
+            super::wasm_engine(),
             policies_dir(),
             Arc::clone(&self.metrics),
         );
