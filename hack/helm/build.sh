@@ -44,7 +44,7 @@ for pkg in pkg/lint/rules pkg/chartutil; do
   ld="$ld -X helm.sh/helm/v3/$pkg.k8sVersionMajor=$K8S_MAJOR"
   ld="$ld -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$K8S_MINOR"
 done
-GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath -ldflags "$ld" \
+GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath -gcflags=all=-dwarf=false -ldflags "$ld" \
   "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
   || fail "go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 [ -x "$tmp/helm" ] || fail "helm was not produced by the build"

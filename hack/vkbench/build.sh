@@ -44,7 +44,7 @@ tmp="$bin.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 start=$(date +%s)
-(cd "$here" && go build -trimpath -ldflags '-s -w' -o "$tmp" .) \
+(cd "$here" && go build -trimpath -gcflags=all=-dwarf=false -ldflags '-s -w' -o "$tmp" .) \
   || fail "go build of vkbench in $here"
 [ -x "$tmp" ] || fail "vkbench was not produced by the build"
 "$tmp" -h >/dev/null 2>&1 || [ $? -eq 2 ] || fail "vkbench does not run"
