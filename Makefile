@@ -36,15 +36,16 @@ clippy: ## clippy on every crate and target, warnings are errors
 
 # hack/ci/run-tests.py builds every test binary with one `cargo test --workspace --no-run` (which
 # also builds target/debug/neocloud-runner, which the node's VM runner tests start), then runs
-# them TEST_JOBS (3) at a time, those that start a worker node, a Docker engine or Kueue alone,
+# them TEST_JOBS (4) at a time, those that start a worker node, a Docker engine or Kueue alone,
 # and the doc tests. A failing binary does not keep the others from running, so one run reports
 # every failure. The output is kept in target/test.log; on a failure the panics and then the
 # failed tests, each after the binary it ran in, are printed again at the end, where a CI log's
 # tail shows them. TEST_REPEAT=5 runs the whole set five times from one build and prints each
-# binary's passes (the way to find flaky binaries). Three on two cores: most binaries spend much
-# of their time waiting on their control planes and Pods; at three, the cores were 83 % busy over
-# the truly cold run's round (docs/BENCHMARKS.md).
-TEST_JOBS ?= 3
+# binary's passes (the way to find flaky binaries). Four on two cores: most binaries spend much
+# of their time waiting on their control planes and Pods. At three the cores were 83 % busy over
+# a truly cold run's round, 1,110 s; once each test binary compiled a guest once, not once per
+# registry, four took 756 s with the cores 64 % busy (docs/BENCHMARKS.md).
+TEST_JOBS ?= 4
 TEST_REPEAT ?= 1
 test: testenv policies ## every test: unit, provider and integration (starts a real control plane)
 	@mkdir -p target

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs every test binary of the workspace, TEST_JOBS at a time (3 by default), then the doc tests.
+"""Runs every test binary of the workspace, TEST_JOBS at a time (4 by default), then the doc tests.
 
 `make test` calls it. One `cargo test --no-run` builds every test binary; each then runs as cargo
 would run it (in its package's directory, with its package's CARGO_* variables), its output kept
@@ -138,7 +138,7 @@ RUNNING = {}
 def main():
     args = sys.argv[1:]
     cargo = os.environ.get("CARGO", "cargo")
-    jobs = max(1, int(os.environ.get("TEST_JOBS", "3")))
+    jobs = max(1, int(os.environ.get("TEST_JOBS", "4")))
     timeout = int(os.environ.get("TEST_TIMEOUT", "1800"))
     started = time.monotonic()
     binaries = build(cargo, args)

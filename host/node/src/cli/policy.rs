@@ -130,7 +130,8 @@ pub struct CacheArgs {
     pub cache_max_mib: u64,
     /// The wall-clock limit of each decision, instantiation included, in milliseconds: the
     /// node's (100) unless a slow guest or a loaded machine is being measured.
-    #[arg(long, value_name = "MS", global = true, default_value_t = default_deadline_ms(),
+    #[arg(long, env = "NEOCLOUD_POLICY_DEADLINE_MS", value_name = "MS", global = true,
+          default_value_t = default_deadline_ms(),
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub deadline_ms: u64,
 }
