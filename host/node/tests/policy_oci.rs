@@ -40,11 +40,7 @@ fn policy(registry: &Registry, args: &[&str]) -> Output {
         .args(args)
         .env("NEOCLOUD_REGISTRY_USERNAME", registry.username())
         .env("NEOCLOUD_REGISTRY_PASSWORD", registry.password())
-        // The compiled-component cache the node's integration tests share, not the user's.
-        .env(
-            "NEOCLOUD_WASM_CACHE_DIR",
-            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasm-cache"),
-        )
+        .env("NEOCLOUD_WASM_CACHE_DIR", support::wasm_cache_dir())
         .output()
         .expect("run neocloud-node")
 }

@@ -40,7 +40,8 @@ fn node(args: &[&str], paths: &[&Path]) -> Output {
         .expect("run neocloud-node")
 }
 
-/// The compiled-component cache the node's integration tests share (`support::wasm_engine`'s).
+/// The compiled-component cache the node's integration tests share (`support::wasm_cache_dir`;
+/// this binary does not include `support`).
 fn test_cache() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasm-cache")
 }

@@ -30,14 +30,20 @@ pub fn wasm_engine() -> neocloud_policy::wasm::WasmEngine {
     static ENGINE: std::sync::OnceLock<WasmEngine> = std::sync::OnceLock::new();
     ENGINE
         .get_or_init(|| {
-            let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasm-cache");
             WasmEngine::new(EngineConfig {
-                cache_dir: Some(dir),
+                cache_dir: Some(wasm_cache_dir()),
                 ..EngineConfig::default()
             })
             .expect("the tests' Wasm engine")
         })
         .clone()
+}
+
+/// The compiled-component cache the node's integration tests share: [`wasm_engine`]'s, and the
+/// policy CLI's (`NEOCLOUD_WASM_CACHE_DIR`) in the tests that run it; never the user's.
+/// `policy_test.rs`, which does not include this module, names the same directory.
+pub fn wasm_cache_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasm-cache")
 }
 
 /// RunPod, Lambda and Vast simulators whose instances change state within milliseconds.
