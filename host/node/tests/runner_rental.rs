@@ -75,16 +75,28 @@ async fn finish(child: Child) -> (i32, String) {
     (out.status.code().unwrap_or(-1), stderr)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_runner_of_a_replaced_rental_stops_its_workload_and_exits() {
-    let mut rig = rig().await;
+/// What became of the runner of a rental replaced while its workload ran.
+struct Replaced {
+    uid: &'static str,
+    code: i32,
+    stderr: String,
+    workload: u32,
+}
+
+/// The runner's log says it was sent SIGTERM or SIGINT. Nothing in this test sends it one: on a
+/// loaded machine where other test binaries signal processes by pid, a pid they kept can be
+/// reused by this runner.
+fn signalled_from_outside(stderr: &str) -> bool {
+    stderr.contains("runner: received a signal to stop")
+}
+
+/// Starts a runner for rental 1 of `uid`, waits for its workload, then registers rental 2.
+async fn replace_while_running(rig: &mut Rig, uid: &'static str) -> Replaced {
     let handle = rig.server.handle();
     let dir = tempfile::tempdir().expect("dir");
     let pid_file = dir.path().join("pid");
     let script = format!("echo $$ > '{}'; exec sleep 120", pid_file.display());
-    let token = handle
-        .register("uid-r", 1, shell(&script))
-        .expect("register");
+    let token = handle.register(uid, 1, shell(&script)).expect("register");
     let child = Command::new(runner_binary())
         .args(["--callback-url", &rig.url(), "--executor", "process"])
         .arg("--ca-file")
@@ -98,7 +110,7 @@ async fn the_runner_of_a_replaced_rental_stops_its_workload_and_exits() {
         .expect("spawn the runner");
     assert_eq!(rig.state().await, (1, RunnerState::Starting, None));
     assert_eq!(rig.state().await, (1, RunnerState::Running, None));
-    let pid = tokio::time::timeout(Duration::from_secs(10), async {
+    let workload = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             if let Ok(text) = std::fs::read_to_string(&pid_file)
                 && let Ok(pid) = text.trim().parse::<u32>()
@@ -112,19 +124,48 @@ async fn the_runner_of_a_replaced_rental_stops_its_workload_and_exits() {
     .expect("the workload runs");
 
     // The machine is cut off and replaced: rental 2 of the same Pod.
-    handle.register("uid-r", 2, shell("true")).expect("replace");
+    handle.register(uid, 2, shell("true")).expect("replace");
     let (code, stderr) = finish(child).await;
+    Replaced {
+        uid,
+        code,
+        stderr,
+        workload,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_of_a_replaced_rental_stops_its_workload_and_exits() {
+    let mut rig = rig().await;
+    let mut replaced = replace_while_running(&mut rig, "uid-r").await;
+    if signalled_from_outside(&replaced.stderr) {
+        // Not what is tested here; a second Pod, on a fresh rental, runs the case again.
+        eprintln!(
+            "a signal from outside the test reached the runner; once more:\n{}",
+            replaced.stderr
+        );
+        while rig.events.try_recv().is_ok() {}
+        replaced = replace_while_running(&mut rig, "uid-r2").await;
+    }
+    let Replaced {
+        uid,
+        code,
+        stderr,
+        workload,
+    } = replaced;
+    assert!(!signalled_from_outside(&stderr), "{stderr}");
     assert_ne!(code, 0, "{stderr}");
     assert!(stderr.contains("rental no longer current"), "{stderr}");
     assert!(stderr.contains("the workload was stopped"), "{stderr}");
     assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        "the workload {pid} is gone with its runner"
+        !std::path::Path::new(&format!("/proc/{workload}")).exists(),
+        "the workload {workload} is gone with its runner"
     );
     // Nothing of rental 1 reached the node after the replacement, its exit included.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(rig.events.try_recv().is_err());
-    assert!(handle.log_lines("uid-r").expect("log").is_empty());
+    let handle = rig.server.handle();
+    assert!(handle.log_lines(uid).expect("log").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -314,11 +314,18 @@ async fn wait_forwarding_signals(
     loop {
         tokio::select! {
             status = child.wait() => return Waited::Exited(status),
-            _ = term.recv() => forward_sigterm(child),
-            _ = interrupt.recv() => forward_sigterm(child),
+            _ = term.recv() => received("SIGTERM", child),
+            _ = interrupt.recv() => received("SIGINT", child),
             Ok(_) = revoked.wait_for(|revoked| *revoked) => return Waited::Revoked,
         }
     }
+}
+
+/// The runner itself was told to stop (by its VM's shutdown, `docker stop`, or Ctrl-C): said in
+/// its log, then passed on to the workload.
+fn received(signal: &str, child: &tokio::process::Child) {
+    tracing::info!(signal, "runner: received a signal to stop");
+    forward_sigterm(child);
 }
 
 /// Stops the workload: SIGTERM, then SIGKILL after [`STOP_GRACE`]; a docker container, which
