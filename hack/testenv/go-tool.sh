@@ -1,14 +1,14 @@
-# Shared by build-registry.sh, build-otelcol.sh, build-kwok.sh, build-kubelet.sh and build-kueue.sh (sourced, not run): builds one
+# Shared by build-otelcol.sh, build-kwok.sh, build-kubelet.sh and build-kueue.sh (sourced, not run): builds one
 # Go tool from its wrapper module under hack/testenv/<dir> with the Go module proxy, into a cache
 # outside the repository keyed by the pinned version and a hash of `hashed` (the module's go.mod,
 # go.sum and whatever else shapes the binary). The caller sets:
 #
-#   name     the binary, and the cache directory's prefix (registry, otelcol, kwok)
+#   name     the binary, and the cache directory's prefix (otelcol, kwok)
 #   module   the wrapper module's directory
 #   pin      the module whose pinned version names the cache (github.com/.../v3)
 #   hashed   the files whose hash keys the cache
 #   package  what `go build` builds in $module (a package path, or `.`)
-#   what     how failures name the build ("distribution", "the collector")
+#   what     how failures name the build ("the collector")
 #   check()  runs the built binary ($1) and fails if it does not work
 #   ldflags  (optional) the linker flags; '-s -w' when unset
 #   cold     (optional) how long a cold build takes on 2 cores; '1-2 minutes' when unset

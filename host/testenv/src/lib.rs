@@ -29,8 +29,9 @@
 //! bridge, for tests of the runner's container executor.
 //!
 //! The binaries are built from the Go module proxy by `hack/testenv/build.sh`,
-//! `hack/testenv/build-registry.sh`, `hack/testenv/build-otelcol.sh`, `hack/testenv/build-kwok.sh`
-//! and `hack/testenv/build-kueue.sh` (`make testenv`); this crate never builds them. It is for
+//! `hack/testenv/build-otelcol.sh`, `hack/testenv/build-kwok.sh` and
+//! `hack/testenv/build-kueue.sh`; the registry is Debian's, linked into the same cache by
+//! `hack/testenv/build-registry.sh` (all of them: `make testenv`); this crate never builds them. It is for
 //! tests and local runs, not for production clusters.
 //!
 //! ```no_run
