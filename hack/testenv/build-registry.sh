@@ -37,7 +37,8 @@ if [ -z "$version" ] || [ ! -x "$system_bin" ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo
   log "installing the Debian package $package"
-  # Its service is not started: policy-rc.d, or no init system, refuses it in CI and containers.
+  # Where systemd runs, the package also starts its own service (port 5000). The tests never use
+  # it: each starts its own registry on a free port, with TLS and a login.
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$package" >&2 \
     || fail "apt-get install $package (run apt-get update first?)"
   version=$(installed_version)
