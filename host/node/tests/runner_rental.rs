@@ -66,13 +66,16 @@ impl Rig {
     }
 }
 
-async fn finish(child: Child) -> (i32, String) {
+/// Waits (30 s at most) for the runner to exit: how it ended, and its stderr.
+async fn finish(child: Child) -> (std::process::ExitStatus, String) {
     let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
         .await
         .expect("runner exits in time")
         .expect("wait");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code().unwrap_or(-1), stderr)
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// What became of the runner of a rental replaced while its workload ran.
@@ -161,17 +164,13 @@ async fn replace_while_running(rig: &mut Rig, uid: &'static str) -> Try {
 
     // The machine is cut off and replaced: rental 2 of the same Pod.
     handle.register(uid, 2, shell("true")).expect("replace");
-    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .expect("runner exits in time")
-        .expect("wait");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    if signalled_from_outside(out.status, &stderr) {
+    let (status, stderr) = finish(child).await;
+    if signalled_from_outside(status, &stderr) {
         return Try::Signalled(stderr);
     }
     Try::Replaced(Replaced {
         uid,
-        code: out.status.code().unwrap_or(-1),
+        code: status.code().unwrap_or(-1),
         stderr,
         workload,
     })
@@ -248,8 +247,8 @@ async fn a_workload_reads_no_secret_in_its_environment_nor_in_the_runner_s() {
     assert_eq!(rig.state().await, (1, RunnerState::Starting, None));
     assert_eq!(rig.state().await, (1, RunnerState::Running, None));
     assert_eq!(rig.state().await, (1, RunnerState::Exited, Some(0)));
-    let (code, stderr) = finish(child).await;
-    assert_eq!(code, 0, "{stderr}");
+    let (status, stderr) = finish(child).await;
+    assert_eq!(status.code(), Some(0), "{stderr}");
 
     let lines: Vec<String> = handle
         .log_lines("uid-s")
