@@ -136,14 +136,6 @@ impl Reconciler {
                     status.reason = Some("Running".into());
                     status.message = Some(format!("{} is running", describe(i)));
                     if b.status.as_ref().map(|s| s.phase) != Some(BindingPhase::Running) {
-                        trace_wait(&status, i);
-                        if let Some(created) = pod.metadata.creation_timestamp.as_ref() {
-                            let waited = k8s_openapi::jiff::Timestamp::now()
-                                .duration_since(created.0)
-                                .try_into()
-                                .unwrap_or_default();
-                            self.metrics.observe_time_to_running(i.provider, waited);
-                        }
                         started = Some(format!(
                             "{} is running; ports: {}",
                             describe(i),
@@ -163,13 +155,29 @@ impl Reconciler {
                     if let Some((reason, note)) = said {
                         self.event(pod, false, reason, note).await;
                     }
-                    if let Some(note) = started {
-                        self.event(pod, false, "Started", note).await;
+                    if let Some(note) = &started {
+                        self.event(pod, false, "Started", note.clone()).await;
                     }
                     self.unhealthy_events(pod).await;
                 };
-                let (written, ()) = tokio::join!(write, events);
-                written?;
+                if started.is_some() {
+                    // The start is told once: a pass that read a binding older than its own last
+                    // write (the cache lags behind it) is refused the write (its resourceVersion
+                    // is stale) and tells nothing; the pass after it reads `Running`.
+                    write.await?;
+                    events.await;
+                    trace_wait(&status, i);
+                    if let Some(created) = pod.metadata.creation_timestamp.as_ref() {
+                        let waited = k8s_openapi::jiff::Timestamp::now()
+                            .duration_since(created.0)
+                            .try_into()
+                            .unwrap_or_default();
+                        self.metrics.observe_time_to_running(i.provider, waited);
+                    }
+                } else {
+                    let (written, ()) = tokio::join!(write, events);
+                    written?;
+                }
                 let mut want = self.running_pod(pod, i, replacements(&status), runner);
                 // A workload the node can open sessions to (its runner's, or a remote cluster's
                 // Pod) gets a cluster address: its relay's.

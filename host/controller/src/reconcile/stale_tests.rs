@@ -162,3 +162,47 @@ async fn mirroring_from_a_stale_cached_binding_is_refused_with_a_conflict() {
     assert_eq!(kept.message.as_deref(), Some("written by someone else"));
     assert_ne!(kept.phase, BindingPhase::Failed);
 }
+
+/// `neocloud_pod_time_to_running_seconds_count`, summed over its providers.
+fn times_to_running(metrics: &Metrics) -> f64 {
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("neocloud_pod_time_to_running_seconds_count{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_mirrored_again_from_a_stale_binding_is_observed_once() {
+    let rig = rig("rec-stale-start").await;
+    let (pod, _, _) = Box::pin(placed(&rig)).await;
+    // Mirror until a pass turns the binding Running, keeping the copy that pass read.
+    let mut before = None;
+    for _ in 0..200 {
+        let b = rig.bindings.get("p").await.unwrap();
+        let status = b.status.clone().unwrap();
+        rig.r.mirror(&pod, b.clone(), status).await.unwrap();
+        let now = rig.bindings.get("p").await.unwrap();
+        if now.status.as_ref().map(|s| s.phase) == Some(BindingPhase::Running) {
+            before = Some(b);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = before.expect("the instance never ran");
+    assert_eq!(times_to_running(&rig.r.metrics), 1.0);
+
+    // A cache behind the API server hands the same pass the binding from before the start.
+    let again = rig
+        .r
+        .mirror(&pod, before.clone(), before.status.clone().unwrap())
+        .await
+        .expect_err("a write from a stale binding was not refused");
+    assert!(super::is_conflict(&again), "{again:?}");
+    assert_eq!(
+        times_to_running(&rig.r.metrics),
+        1.0,
+        "the start was observed a second time from a stale binding"
+    );
+}
