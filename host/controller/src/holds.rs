@@ -171,7 +171,9 @@ impl Holds {
 
     fn sum(table: &HashMap<String, Held>) -> f64 {
         let all = table.values().flat_map(|h| h.reservations.iter());
-        all.map(Reservation::usd_per_hour).sum()
+        // From `0`: a float sum of nothing is `-0`, which the gauge would print as `-0.0`.
+        all.map(Reservation::usd_per_hour)
+            .fold(0.0, |sum, usd| sum + usd)
     }
 
     fn report(&self, table: &HashMap<String, Held>) {
@@ -270,5 +272,20 @@ mod tests {
         holds.hold("ns/r", "u2", place(), reserve(&budget, 1), at);
         assert!((budget.in_flight_usd_per_hour() - 0.4).abs() < 1e-9);
         assert!((holds.usd_per_hour() - 0.4).abs() < 1e-9);
+    }
+
+    #[test]
+    fn nothing_held_reads_zero_not_minus_zero() {
+        let metrics = Arc::new(Metrics::new());
+        let holds = Holds::new(Some(metrics.clone()));
+        let budget = BudgetGuard::new(None);
+        holds.hold("ns/r", "u1", place(), reserve(&budget, 1), Instant::now());
+        holds.release("ns/r");
+        assert!(holds.usd_per_hour().is_sign_positive());
+        let text = metrics.encode();
+        assert!(
+            text.contains("\nneocloud_provisioning_held_usd_per_hour 0.0\n"),
+            "{text}"
+        );
     }
 }

@@ -306,6 +306,12 @@ fn report(
     rows
 }
 
+/// The rows' USD together; nothing spent is `0` (a float sum of nothing is `-0`, which would
+/// print as `-0.0000`).
+fn total_usd(rows: &[Row]) -> f64 {
+    rows.iter().fold(0.0, |sum, r| sum + r.usd)
+}
+
 fn render(rows: &[Row], groups: &[Group], format: Format) -> String {
     let titles: Vec<String> = groups.iter().map(Group::title).collect();
     let cells = |row: &Row| -> Vec<String> {
@@ -326,7 +332,7 @@ fn render(rows: &[Row], groups: &[Group], format: Format) -> String {
         .collect();
     match format {
         Format::Json => {
-            let total: f64 = rows.iter().map(|r| r.usd).sum();
+            let total = total_usd(rows);
             let value = serde_json::json!({ "rows": rows, "totalUsd": total });
             format!(
                 "{}\n",
@@ -378,7 +384,7 @@ fn render(rows: &[Row], groups: &[Group], format: Format) -> String {
             for row in &body {
                 let _ = writeln!(out, "{}", line(row));
             }
-            let total: f64 = rows.iter().map(|r| r.usd).sum();
+            let total = total_usd(rows);
             let _ = writeln!(out, "total {total:.4} USD");
             out
         }
@@ -513,5 +519,15 @@ mod tests {
             table.starts_with("NAMESPACE  TEAM") && table.contains("total 3.75"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn nothing_spent_totals_zero_not_minus_zero() {
+        let by = groups("namespace").unwrap();
+        let table = render(&[], &by, Format::Table);
+        assert!(table.contains("total 0.0000 USD"), "{table}");
+        let json = render(&[], &by, Format::Json);
+        assert!(json.contains("\"totalUsd\": 0.0"), "{json}");
+        assert!(!json.contains("-0"), "{json}");
     }
 }
