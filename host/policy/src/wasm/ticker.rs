@@ -20,6 +20,8 @@ use wasmtime::Engine;
 struct State {
     active: usize,
     stop: bool,
+    /// Whether the thread waits for a call (and so cannot tick until one comes).
+    asleep: bool,
 }
 
 #[derive(Debug, Default)]
@@ -66,11 +68,13 @@ impl EpochTicker {
                     {
                         let mut state = ours.lock();
                         while state.active == 0 && !state.stop {
+                            state.asleep = true;
                             state = ours
                                 .wake
                                 .wait(state)
                                 .unwrap_or_else(PoisonError::into_inner);
                         }
+                        state.asleep = false;
                         if state.stop {
                             return;
                         }
@@ -99,7 +103,7 @@ impl EpochTicker {
         }
     }
 
-    /// Whether the ticker is asleep (no call in flight).
+    /// Whether no call is in flight.
     #[cfg(test)]
     fn idle(&self) -> bool {
         self.shared.lock().active == 0
@@ -127,21 +131,44 @@ mod tests {
         ticker.shared.ticks.load(Ordering::Relaxed) - before
     }
 
+    /// Waits until the thread has ticked `n` more times (on a loaded machine it may be
+    /// scheduled late, so the bound is loose); whether it did within 10 s.
+    fn ticks(ticker: &EpochTicker, n: u64) -> bool {
+        let before = ticker.shared.ticks.load(Ordering::Relaxed);
+        (0..10_000).any(|_| {
+            std::thread::sleep(Duration::from_millis(1));
+            ticker.shared.ticks.load(Ordering::Relaxed) - before >= n
+        })
+    }
+
+    /// Waits until the thread waits for a call (a tick in progress when the last call ended
+    /// may still land before it does); whether it did within 10 s.
+    fn falls_asleep(ticker: &EpochTicker) -> bool {
+        (0..10_000).any(|_| {
+            std::thread::sleep(Duration::from_millis(1));
+            ticker.shared.lock().asleep
+        })
+    }
+
     #[test]
     fn the_epoch_advances_only_while_a_call_holds_the_ticker() {
         let ticker = EpochTicker::start(Engine::default(), Duration::from_millis(1));
         assert!(ticker.idle());
+        assert!(falls_asleep(&ticker));
         assert_eq!(ticks_over(&ticker, Duration::from_millis(50)), 0);
         let held = ticker.ticking();
         let also = ticker.ticking();
-        assert!(ticks_over(&ticker, Duration::from_millis(50)) > 5);
+        assert!(ticks(&ticker, 5), "no ticks while two calls hold it");
         drop(held);
-        assert!(ticks_over(&ticker, Duration::from_millis(50)) > 5);
+        assert!(ticks(&ticker, 5), "no ticks while one call holds it");
         drop(also);
         assert!(ticker.idle());
-        // The tick in progress when the last call ended may still land.
-        std::thread::sleep(Duration::from_millis(5));
+        assert!(falls_asleep(&ticker), "it ticks on with no call");
         assert_eq!(ticks_over(&ticker, Duration::from_millis(50)), 0);
+        // A call after the sleep wakes it again.
+        let again = ticker.ticking();
+        assert!(ticks(&ticker, 1), "no ticks after waking");
+        drop(again);
         drop(ticker);
     }
 }
