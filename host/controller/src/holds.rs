@@ -83,12 +83,26 @@ impl Holds {
         reservations: Vec<Reservation>,
         deadline: Instant,
     ) {
+        self.restore(key, uid, place, reservations, Vec::new(), deadline);
+    }
+
+    /// [`Holds::hold`] for a request held before, by an earlier leader: the Pods `takers` (by
+    /// UID) took theirs then, so they take nothing more, and `reservations` are the rest.
+    pub fn restore(
+        &self,
+        key: &str,
+        uid: &str,
+        place: HeldPlace,
+        reservations: Vec<Reservation>,
+        takers: Vec<String>,
+        deadline: Instant,
+    ) {
         let mut table = self.table.lock();
         let held = Held {
             uid: uid.to_owned(),
             place,
             reservations,
-            takers: HashSet::new(),
+            takers: takers.into_iter().collect(),
             deadline,
         };
         table.insert(key.to_owned(), held);
@@ -287,5 +301,26 @@ mod tests {
             text.contains("\nneocloud_provisioning_held_usd_per_hour 0.0\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_restored_hold_knows_the_pods_that_took_theirs_before() {
+        let budget = BudgetGuard::new(None);
+        let holds = Holds::new(None);
+        let at = Instant::now() + Duration::from_secs(600);
+        let takers = vec!["p1".to_owned()];
+        holds.restore(
+            "team-a/req-1",
+            "u1",
+            place(),
+            reserve(&budget, 1),
+            takers,
+            at,
+        );
+        assert_eq!(holds.take_for(&consumer("p1", "req-1")), Some(place()));
+        assert_eq!(holds.untaken("team-a/req-1"), 1, "p1 took its own before");
+        holds.take_for(&consumer("p2", "req-1"));
+        assert_eq!(holds.untaken("team-a/req-1"), 0);
+        assert_eq!(budget.in_flight_usd_per_hour(), 0.0);
     }
 }

@@ -480,6 +480,7 @@ async fn kueue_admits_a_job_only_when_the_node_holds_the_budget_of_all_its_pods(
         .await;
     rig.run_node(1.2).await;
     a_hold_keeps_its_gpus_for_its_pods_and_is_released_by_expiry_or_deletion(&rig).await;
+    a_new_leader_holds_what_the_old_one_held_less_what_its_pods_took(&mut rig).await;
 
     let worker = rig.worker.take().unwrap();
     let left = worker.leftovers_after();
@@ -719,6 +720,27 @@ async fn direct_request(rig: &Rig, name: &str, pods: u32, valid_seconds: u32) {
     rig.create(&rig.requests(), request).await;
 }
 
+/// Waits for request `name` to be `Provisioned`.
+async fn provisioned(rig: &Rig, name: &str) {
+    rig.wait(&format!("{name} Provisioned"), 30, async || {
+        let r = rig.requests().get(name).await.ok()?;
+        is_true(&r, "Provisioned").then_some(())
+    })
+    .await;
+}
+
+/// Deletes request `name` and waits for the node to hold nothing.
+async fn deleted_and_released(rig: &Rig, name: &str) {
+    rig.requests()
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+    rig.wait("the deleted request's hold released", 30, async || {
+        (rig.held() == 0.0).then_some(())
+    })
+    .await;
+}
+
 async fn a_hold_keeps_its_gpus_for_its_pods_and_is_released_by_expiry_or_deletion(rig: &Rig) {
     let before = rig.sims.runpod.ledger().entries.len();
     // $1.20/h buys three A40s; two held stay advertised (for the request's Pods), but the
@@ -728,11 +750,7 @@ async fn a_hold_keeps_its_gpus_for_its_pods_and_is_released_by_expiry_or_deletio
     })
     .await;
     direct_request(rig, "lapse", 2, 6).await;
-    rig.wait("lapse Provisioned", 30, async || {
-        let r = rig.requests().get("lapse").await.ok()?;
-        is_true(&r, "Provisioned").then_some(())
-    })
-    .await;
+    provisioned(rig, "lapse").await;
     assert!((rig.held() - 2.0 * A40).abs() < 1e-9, "{}", rig.held());
     direct_request(rig, "greedy", 2, 600).await;
     let refused = rig
@@ -770,24 +788,80 @@ async fn a_hold_keeps_its_gpus_for_its_pods_and_is_released_by_expiry_or_deletio
     .await;
 
     direct_request(rig, "dropped", 2, 600).await;
-    rig.wait("dropped Provisioned", 30, async || {
-        let r = rig.requests().get("dropped").await.ok()?;
-        is_true(&r, "Provisioned").then_some(())
-    })
-    .await;
+    provisioned(rig, "dropped").await;
     assert!((rig.held() - 2.0 * A40).abs() < 1e-9, "{}", rig.held());
-    rig.requests()
-        .delete("dropped", &DeleteParams::default())
-        .await
-        .unwrap();
-    rig.wait("the deleted request's hold released", 30, async || {
-        (rig.held() == 0.0).then_some(())
-    })
-    .await;
+    deleted_and_released(rig, "dropped").await;
     let ledger = rig.sims.runpod.ledger();
     assert_eq!(
         ledger.entries.len(),
         before,
         "holding rents nothing: {ledger:?}"
+    );
+}
+
+/// The node restarts (a new leader) while a request is held and one of its two Pods has taken
+/// its share: the new leader holds the other Pod's budget again, from the request's status, and
+/// releases it when the request is deleted.
+async fn a_new_leader_holds_what_the_old_one_held_less_what_its_pods_took(rig: &mut Rig) {
+    let before = rig.sims.runpod.ledger().entries.len();
+    direct_request(rig, "kept", 2, 600).await;
+    provisioned(rig, "kept").await;
+    assert!((rig.held() - 2.0 * A40).abs() < 1e-9, "{}", rig.held());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "kept-0", "annotations": {CONSUME: "kept",
+            "cloud.aibrix.ai/gpu-type": "A40"}},
+        "spec": {"restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": rig.node},
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists",
+                "effect": "NoSchedule"}],
+            "containers": [{"name": "train", "image": BUSYBOX, "args": ["exec sleep 3600"],
+                "imagePullPolicy": "IfNotPresent",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }))
+    .unwrap();
+    rig.pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    rig.wait("kept-0 Running", 120, async || {
+        let p = rig.pods().get("kept-0").await.ok()?;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    assert!((rig.held() - A40).abs() < 1e-9, "{}", rig.held());
+
+    rig.run_node(1.2).await;
+    let held = rig
+        .wait(
+            "the new leader holding the untaken Pod's budget",
+            30,
+            async || {
+                let held = rig.held();
+                (held > 0.0).then_some(held)
+            },
+        )
+        .await;
+    assert!((held - A40).abs() < 1e-9, "held again: {held}");
+    let r = rig.requests().get("kept").await.unwrap();
+    assert!(
+        is_true(&r, "Provisioned") && !is_true(&r, "BookingExpired"),
+        "{:?}",
+        r.data["status"]
+    );
+
+    deleted_and_released(rig, "kept").await;
+    rig.pods()
+        .delete("kept-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    rig.wait("kept-0's instance terminated", 60, async || {
+        rig.sims.runpod.ledger().live().is_empty().then_some(())
+    })
+    .await;
+    let ledger = rig.sims.runpod.ledger();
+    assert_eq!(
+        ledger.entries.len(),
+        before + 1,
+        "one rental, kept-0's: {ledger:?}"
     );
 }

@@ -1,6 +1,7 @@
 //! The ProvisioningRequest controller: watches requests of [`CLASS`], decides each once (see
-//! `decide`) and says so in its status; releases a request's hold when it is deleted, and
-//! expires a booking its Pods did not take in time (`BookingExpired`).
+//! `decide`) and says so in its status; holds again, as a new leader, what an earlier one held
+//! (`restore`); releases a request's hold when it is deleted, and expires a booking its Pods did
+//! not take in time (`BookingExpired`).
 //!
 //! Runs on the leader only, beside the reconciler, and only when the ProvisioningRequest API is
 //! served: without it, it says so once in the log and waits for it.
@@ -16,6 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use super::decide::Outcome;
+use super::restore;
 use super::status::{self, Set};
 use super::types::ProvisioningRequest;
 use super::{CLASS, key};
@@ -216,8 +218,16 @@ async fn reconcile(req: Arc<ProvisioningRequest>, p: Arc<Provisioner>) -> Result
     }
     let key = key(&req);
     let uid = req.uid().unwrap_or_default();
-    // Decided already, or held by a decision whose status this cache has not seen yet.
-    if decided(&req) || p.holds.keys().contains(&(key.clone(), uid.clone())) {
+    let held = p.holds.keys().contains(&(key.clone(), uid.clone()));
+    // Decided already (by this leader or an earlier one, whose hold this one takes up), or held
+    // by a decision whose status this cache has not seen yet.
+    if decided(&req) {
+        if !held {
+            p.restore(&req).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if held {
         return Ok(Action::await_change());
     }
     let outcome = p.decide(&req).await?;
@@ -272,6 +282,11 @@ fn answer(
                 ("NodeName".to_owned(), node.to_owned()),
                 ("Provider".to_owned(), place.provider.as_str().to_owned()),
                 ("Region".to_owned(), place.region.clone()),
+                (restore::BOOKED_UNTIL.to_owned(), restore::instant(until)),
+                (
+                    restore::POD_USD_PER_HOUR.to_owned(),
+                    restore::prices(place.picks.iter().map(|p| p.usd_per_hour)),
+                ),
             ]);
             details.retain(|_, v| !v.is_empty());
             let provisioned = set("Provisioned", true, "BudgetHeld", message);

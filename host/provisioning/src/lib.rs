@@ -13,6 +13,7 @@
 mod controller;
 mod decide;
 pub mod params;
+mod restore;
 mod status;
 #[cfg(test)]
 mod tests;
