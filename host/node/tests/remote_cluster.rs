@@ -135,7 +135,23 @@ async fn create_annotated(
     annotations: serde_json::Value,
     image: &str,
 ) {
-    let pod: Pod = serde_json::from_value(json!({
+    let pod = pod_of(world, name, restart, &annotations, image);
+    world
+        .pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+/// The Pod [`create_annotated`] makes.
+fn pod_of(
+    world: &World,
+    name: &str,
+    restart: &str,
+    annotations: &serde_json::Value,
+    image: &str,
+) -> Pod {
+    serde_json::from_value(json!({
         "metadata": {"name": name, "annotations": annotations},
         "spec": {
             "nodeName": world.node,
@@ -148,12 +164,7 @@ async fn create_annotated(
                     "requests": {"cpu": "4", "memory": "16Gi"}}}]
         }
     }))
-    .unwrap();
-    world
-        .pods()
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+    .unwrap()
 }
 
 /// The remote Pod of a local Pod's rental, once it exists and the remote scheduler bound it.
@@ -546,18 +557,34 @@ async fn pods_run_on_a_remote_cluster_end_with_its_exit_codes_and_fall_back_to_a
     // The remote API gone: the Pod running there stays Running, and new Pods go to a cloud.
     second.stop();
     // Once the node's watches have seen it go (they may hold the last listing for seconds after
-    // the API server stopped), the cluster offers nothing. A Pod planned before then is planned
-    // on the cluster, and the default fallback waits out kube's back-off on that same offer.
+    // the API server stopped), the cluster offers nothing. The node's catalog serves its last
+    // copy of a query's offers once while it refreshes it, so the copy for job-f's own query is
+    // refreshed here: a Pod planned on a cluster that is gone waits on kube's back-off (which
+    // job-e's failing polls keep going), not what this step is about.
+    let annotations = json!({"cloud.aibrix.ai/gpu-type": "A100"});
+    let job_f = pod_of(
+        &world,
+        "job-f",
+        "Never",
+        &annotations,
+        "registry.invalid/cuda:12",
+    );
+    let (workload, _) = world.current.as_ref().unwrap().plan_pod(&job_f).unwrap();
+    let job_f_query = neocloud_core::OfferQuery::for_workload(&workload);
+    let mut gone = false;
     for _ in 0..300 {
-        if kube_provider
-            .list_offers(&query())
+        gone = world
+            .renter
+            .catalog
+            .fresh(ProviderId::Kube, &job_f_query)
             .await
-            .is_ok_and(|o| o.is_empty())
-        {
+            .is_ok_and(|o| o.is_empty());
+        if gone {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert!(gone, "the stopped cluster still offers GPUs after 30 s");
     create_pod(&world, "job-f", "Never").await;
     world
         .wait_pod("job-f", "Running", |p| phase(p) == Some("Running"))
