@@ -203,9 +203,7 @@ fn release_deleted(holds: &Holds, req: &ProvisioningRequest) {
 
 /// Whether the node has already answered this request (a new attempt is a new request).
 fn decided(req: &ProvisioningRequest) -> bool {
-    ["Provisioned", "Failed", "BookingExpired", "CapacityRevoked"]
-        .iter()
-        .any(|t| req.is_true(t))
+    req.is_true("Provisioned") || restore::ended(req)
 }
 
 async fn reconcile(req: Arc<ProvisioningRequest>, p: Arc<Provisioner>) -> Result<Action, Error> {
@@ -275,7 +273,7 @@ fn answer(
                 place.usd_per_hour(),
                 place.picks.len(),
                 place.describe(),
-                until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                restore::instant(until)
             );
             let mut details = BTreeMap::from([
                 ("RequestKey".to_owned(), req.uid().unwrap_or_default()),

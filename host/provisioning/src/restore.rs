@@ -33,6 +33,14 @@ pub fn prices(usd: impl Iterator<Item = f64>) -> String {
     usd.map(|p| p.to_string()).collect::<Vec<_>>().join(",")
 }
 
+/// Whether something ended the request after its answer: it failed, its booking expired, or
+/// its capacity was revoked.
+pub fn ended(req: &ProvisioningRequest) -> bool {
+    ["Failed", "BookingExpired", "CapacityRevoked"]
+        .iter()
+        .any(|t| req.is_true(t))
+}
+
 /// A booking a request's status records.
 #[derive(Debug, PartialEq)]
 pub(super) struct Booked {
@@ -51,14 +59,11 @@ pub(super) fn booked(req: &ProvisioningRequest, node: &str) -> Result<Option<Boo
         .conditions
         .iter()
         .any(|c| c.type_ == "Provisioned" && c.status == "True" && c.reason == "BudgetHeld");
-    let ended = ["Failed", "BookingExpired", "CapacityRevoked"]
-        .iter()
-        .any(|t| req.is_true(t));
     let details = &status.provisioning_class_details;
     let detail = |name: &str| details.get(name).map(String::as_str).unwrap_or_default();
     let ours =
         detail("NodeName") == node && req.uid().is_some_and(|uid| detail("RequestKey") == uid);
-    if !held || ended || !ours {
+    if !held || ended(req) || !ours {
         return Ok(None);
     }
     let bad = |name: &str| format!("provisioningClassDetails.{name}: {:?}", detail(name));
