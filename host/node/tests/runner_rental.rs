@@ -269,3 +269,79 @@ async fn a_workload_reads_no_secret_in_its_environment_nor_in_the_runner_s() {
         assert!(!line.contains("NEOCLOUD_RUNNER_CREDENTIAL="), "{line}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_machines_runner_waits_for_its_pod_then_runs_that_pods_workload() {
+    let mut rig = rig().await;
+    let handle = rig.server.handle();
+    let token = handle.register_held("held-r", 1).expect("held");
+    let mut child = Command::new(runner_binary())
+        .args(["--callback-url", &rig.url(), "--executor", "process"])
+        .arg("--ca-file")
+        .arg(rig.ca.path())
+        .args(["--heartbeat-interval", "200ms"])
+        .env("NEOCLOUD_BOOTSTRAP_TOKEN", token.expose())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the runner");
+
+    // It calls in and waits for a Pod, alive (its polls are signs of life) and saying nothing.
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !handle.held("held-r").is_some_and(|h| h.called_in) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the held machine's runner calls in");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        rig.events.try_recv().is_err(),
+        "no report before a Pod came"
+    );
+    assert!(child.try_wait().expect("try_wait").is_none(), "it waits");
+    let seen = handle.held("held-r").expect("held");
+    assert!(!seen.lost && !seen.handed, "{seen:?}");
+
+    // A Pod takes the machine: its runner runs that Pod's workload, as that Pod's.
+    let pod = shell("echo took it; exit 7");
+    handle
+        .hand_over("held-r", "pod-h", 1, pod)
+        .expect("hand over");
+    let mut states = Vec::new();
+    while states.last() != Some(&RunnerState::Exited) {
+        let event = rig.event().await;
+        assert_eq!(
+            (event.uid.as_str(), event.rental),
+            ("pod-h", 1),
+            "{event:?}"
+        );
+        match event.kind {
+            RunnerEventKind::State(report) => {
+                if report.state == RunnerState::Exited {
+                    assert_eq!(report.exit_code, Some(7), "{report:?}");
+                }
+                states.push(report.state);
+            }
+            RunnerEventKind::Lost => panic!("lost: {event:?}"),
+        }
+    }
+    assert_eq!(
+        states,
+        [
+            RunnerState::Starting,
+            RunnerState::Running,
+            RunnerState::Exited
+        ]
+    );
+    let (status, stderr) = finish(child).await;
+    assert_eq!(status.code(), Some(7), "{stderr}");
+    assert!(stderr.contains("a Pod took this machine"), "{stderr}");
+    assert!(handle.held("held-r").expect("held").handed);
+    let lines: Vec<String> = (handle.log_lines("pod-h").expect("log"))
+        .into_iter()
+        .map(|l| l.line)
+        .collect();
+    assert_eq!(lines, ["took it"]);
+}

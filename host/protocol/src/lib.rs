@@ -22,9 +22,10 @@ pub use probes::{
 };
 pub use secret::{BootstrapToken, Secret, SessionToken};
 pub use wire::{
-    EnvVar, ErrorBody, File, FileMount, GpuStats, Heartbeat, LogRecord, LogStream,
-    RENTAL_NOT_CURRENT, ReauthRequest, RegistryLogin, RestartPolicy, RunnerState, StatusReport,
-    Termination, TokenRequest, TokenResponse, WORKLOAD_RESTARTS_QUERY, Workload, WorkloadStats,
+    EnvVar, ErrorBody, File, FileMount, GpuStats, HELD_FOR_A_POD, Handover, Heartbeat, LogRecord,
+    LogStream, RENTAL_NOT_CURRENT, ReauthRequest, RegistryLogin, RestartPolicy, RunnerState,
+    StatusReport, Termination, TokenRequest, TokenResponse, WORKLOAD_RESTARTS_QUERY, Workload,
+    WorkloadStats,
 };
 
 /// The environment variable that may carry the bootstrap token instead of the runner's flag.

@@ -401,6 +401,36 @@ pub struct ErrorBody {
 /// must stop its workload and exit, since the node no longer believes it.
 pub const RENTAL_NOT_CURRENT: &str = "RentalNotCurrent";
 
+/// The [`ErrorBody::code`] of a 409 to `GET /v1/workload` from the runner of a machine rented
+/// ahead of its Pod (held for a ProvisioningRequest): there is no workload yet, and the runner
+/// waits on `GET /v1/handover` ([`Handover`]) until a Pod takes the machine.
+pub const HELD_FOR_A_POD: &str = "HeldForAPod";
+
+/// `GET /v1/handover` response, to the runner of a machine held for a Pod: empty while no Pod
+/// has taken the machine; then the Pod's own bootstrap token and boot credential, with which
+/// the runner authenticates again, as the Pod's runner, and fetches the Pod's workload. Each
+/// poll is a sign of life, as a heartbeat is.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Handover {
+    /// The Pod's one-time bootstrap token; `None` while the machine waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_token: Option<String>,
+    /// The Pod's boot credential (for `POST /v1/token/reauth` when the token is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
+}
+
+impl fmt::Debug for Handover {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |s: &Option<String>| s.as_ref().map(|_| "<redacted>");
+        f.debug_struct("Handover")
+            .field("bootstrap_token", &shown(&self.bootstrap_token))
+            .field("credential", &shown(&self.credential))
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

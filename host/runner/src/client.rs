@@ -21,8 +21,8 @@ use tokio::sync::Mutex;
 
 use neocloud_protocol::session::{SESSION_UPGRADE, SessionOffer};
 use neocloud_protocol::{
-    ErrorBody, Heartbeat, RENTAL_NOT_CURRENT, ReauthRequest, RunnerState, Secret, SessionToken,
-    StatusReport, TokenRequest, TokenResponse, Workload, WorkloadStats, unix_now,
+    ErrorBody, HELD_FOR_A_POD, Heartbeat, RENTAL_NOT_CURRENT, ReauthRequest, RunnerState, Secret,
+    SessionToken, StatusReport, TokenRequest, TokenResponse, Workload, WorkloadStats, unix_now,
 };
 
 use crate::RunnerError;
@@ -286,6 +286,16 @@ impl CallbackClient {
         json(response).await.map_err(|e| e.during(what))
     }
 
+    /// `GET /v1/handover`: for the runner of a machine held for a Pod, the Pod's secrets once
+    /// a Pod took the machine (empty until then). A sign of life.
+    pub async fn handover(&self) -> Result<neocloud_protocol::Handover, RunnerError> {
+        let what = "wait for a Pod";
+        let response = self
+            .call(what, Method::GET, "v1/handover", true, |r| r)
+            .await?;
+        json(response).await.map_err(|e| e.during(what))
+    }
+
     /// `POST /v1/status`.
     pub async fn status(&self, report: &StatusReport) -> Result<(), RunnerError> {
         self.call("report the state", Method::POST, "v1/status", true, |r| {
@@ -472,6 +482,9 @@ async fn refusal(what: &'static str, response: reqwest::Response) -> RunnerError
     if status == StatusCode::FORBIDDEN && code.as_deref() == Some(RENTAL_NOT_CURRENT) {
         return RunnerError::RentalNotCurrent { what, message };
     }
+    if status == StatusCode::CONFLICT && code.as_deref() == Some(HELD_FOR_A_POD) {
+        return RunnerError::HeldForAPod { message };
+    }
     RunnerError::Refused {
         what,
         status: status.as_u16(),
@@ -535,6 +548,12 @@ impl RunnerError {
     /// its rental was replaced.
     pub fn is_forbidden(&self) -> bool {
         self.status() == Some(StatusCode::FORBIDDEN.as_u16())
+    }
+
+    /// Whether the node said this machine is held for a Pod that has not come: the runner
+    /// waits for its [`handover`](CallbackClient::handover).
+    pub fn is_held_for_a_pod(&self) -> bool {
+        matches!(self, Self::HeldForAPod { .. })
     }
 
     /// Whether the node said this runner's rental is no longer current: the runner must stop.

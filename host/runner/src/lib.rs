@@ -102,6 +102,12 @@ pub enum RunnerError {
         /// The node's message.
         message: String,
     },
+    /// The machine is held for a Pod that has not come: there is no workload yet.
+    #[error("no workload yet: {message}")]
+    HeldForAPod {
+        /// The node's message.
+        message: String,
+    },
     /// The secrets file is missing, unsafe or unreadable, or no bootstrap token was given.
     #[error("runner secrets: {0}")]
     Secrets(String),
@@ -145,6 +151,33 @@ async fn authenticate(client: &CallbackClient, bootstrap: &Secret) -> Result<Str
     }
 }
 
+/// The most a held machine's runner waits between polls for its Pod.
+const HANDOVER_POLL: Duration = Duration::from_secs(2);
+
+/// Polls the node until a Pod takes this held machine (at the heartbeat interval, at most
+/// [`HANDOVER_POLL`]: each poll is a sign of life), and returns that Pod's bootstrap token and
+/// boot credential. A node that is away (a failover) is waited for; a refusal ends the runner.
+async fn wait_for_pod(
+    client: &CallbackClient,
+    every: Duration,
+) -> Result<(Secret, Option<Secret>), RunnerError> {
+    let every = every.min(HANDOVER_POLL);
+    loop {
+        match client.handover().await {
+            Ok(handover) => {
+                if let Some(token) = handover.bootstrap_token {
+                    return Ok((Secret::new(token), handover.credential.map(Secret::new)));
+                }
+            }
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "runner: the node is away; waiting for a Pod still");
+            }
+            Err(e) => return Err(e),
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// Runs the workload to completion and returns its exit code. Under a restart policy that
 /// asks for it (given by the node with the workload), a workload that ends runs again on this
 /// machine after kubelet's back-off ([`backoff`]), and each end and restart is reported.
@@ -155,7 +188,19 @@ pub async fn run(args: RunnerArgs) -> Result<i32, RunnerError> {
     let spiffe_id = authenticate(&client, &bootstrap).await?;
     drop(bootstrap);
     tracing::info!(%spiffe_id, "runner: authenticated");
-    let workload = client.workload().await?;
+    let (client, spiffe_id, workload) = match client.workload().await {
+        Err(e) if e.is_held_for_a_pod() => {
+            tracing::info!(%spiffe_id, "runner: this machine is held for a Pod; waiting for it");
+            let (bootstrap, credential) = wait_for_pod(&client, args.heartbeat_interval).await?;
+            let pods = CallbackClient::new(&args.callback_url, &ca_pem(&args)?)?;
+            let pods = Arc::new(pods.with_credential(credential));
+            let spiffe_id = authenticate(&pods, &bootstrap).await?;
+            tracing::info!(%spiffe_id, "runner: a Pod took this machine; authenticated as its runner");
+            let workload = pods.workload().await?;
+            (pods, spiffe_id, workload)
+        }
+        other => (client, spiffe_id, other?),
+    };
     let state: Shared = Arc::default();
     report(&client, &state, StatusReport::new(RunnerState::Starting)).await?;
     let heartbeats = tokio::spawn(heartbeat(

@@ -52,15 +52,15 @@ pub use egress::{EgressConfig, EgressDialer};
 pub use identity::RunnerIdentity;
 pub use logs::{LogBuffer, LogLimits, LogLine, LogOptions};
 pub use neocloud_protocol::{
-    BootstrapToken, EnvVar, ErrorBody, ExecutorKind, File, FileMount, Heartbeat, LogRecord,
-    LogStream, ReauthRequest, RegistryLogin, RestartPolicy, RunnerState, Secret, SessionToken,
-    StatusReport, Termination, TokenRequest, TokenResponse, Workload,
+    BootstrapToken, EnvVar, ErrorBody, ExecutorKind, File, FileMount, Handover, Heartbeat,
+    LogRecord, LogStream, ReauthRequest, RegistryLogin, RestartPolicy, RunnerState, Secret,
+    SessionToken, StatusReport, Termination, TokenRequest, TokenResponse, Workload,
 };
 pub use ratelimit::RateLimit;
 pub use runner::{InPlace, RunnerStatus};
 pub use server::CallbackServer;
 pub use sessions::{SessionIo, SessionStream};
-pub use state::CallbackHandle;
+pub use state::{CallbackHandle, HeldRunner};
 pub use tokens::TokenError;
 pub use user_data::{
     CONTAINER_RUNNER_PATH, CONTAINER_SECRETS_FILE, DEFAULT_RUNNER_PATH, RunnerDownload,
@@ -259,6 +259,22 @@ pub enum CallbackError {
         uid: String,
         /// The limit ([`EgressConfig::max_connections_per_binding`]).
         limit: usize,
+    },
+    /// The runner of a machine held for a Pod asked for a workload: no Pod has taken the
+    /// machine yet, and it waits on `GET /v1/handover`.
+    #[error(
+        "binding {0} is a machine held for a Pod that has not come yet: no workload; wait on \
+         GET /v1/handover"
+    )]
+    HeldForAPod(String),
+    /// A handover was asked of (or for) a binding that is not a machine held for a Pod, or
+    /// whose runner was declared lost.
+    #[error("binding {uid} cannot be handed over: {why}")]
+    NotHeld {
+        /// The binding.
+        uid: String,
+        /// Why, in words.
+        why: &'static str,
     },
     /// This node carries no egress (it has no dialer).
     #[error("this node does not carry egress connections")]

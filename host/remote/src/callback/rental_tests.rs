@@ -8,7 +8,9 @@ use std::time::Duration;
 use neocloud_protocol::session::SessionRequest;
 
 use super::*;
-use crate::callback::{CredentialKind, DEFAULT_TRUST_DOMAIN, RunnerKeys, RunnerState, Workload};
+use crate::callback::{
+    CredentialKind, DEFAULT_TRUST_DOMAIN, RunnerEventKind, RunnerKeys, RunnerState, Workload,
+};
 
 fn config(keys: &RunnerKeys) -> CallbackConfig {
     CallbackConfig {
@@ -26,10 +28,12 @@ struct Rig {
 }
 
 async fn rig(keys: &RunnerKeys) -> Rig {
+    rig_with(config(keys)).await
+}
+
+async fn rig_with(config: CallbackConfig) -> Rig {
     let tls = TlsMaterial::self_signed(&["127.0.0.1".into()]).expect("cert");
-    let (server, events) = CallbackServer::start(config(keys), &tls)
-        .await
-        .expect("start");
+    let (server, events) = CallbackServer::start(config, &tls).await.expect("start");
     let cert = reqwest::Certificate::from_pem(tls.cert_pem().as_bytes()).expect("pem");
     let http = reqwest::Client::builder()
         .use_rustls_tls()
@@ -94,6 +98,13 @@ impl Rig {
     async fn reauth(&self, credential: &str) -> Answer {
         let body = serde_json::json!({ "credential": credential });
         self.send(self.http.post(self.url("token/reauth")).json(&body))
+            .await
+    }
+
+    /// Exchanges a bootstrap token for a session.
+    async fn exchange(&self, token: &str) -> Answer {
+        let body = serde_json::json!({ "bootstrapToken": token });
+        self.send(self.http.post(self.url("token")).json(&body))
             .await
     }
 
@@ -307,4 +318,133 @@ async fn new_files_reach_the_current_rental_s_workload_and_never_another_rental_
     assert_eq!(answer.status, 200, "{answer:?}");
     // "v2", base64.
     assert_eq!(answer.body["files"][0]["files"][0]["data"], "djI=");
+}
+
+/// The session of a held machine `uid`'s runner (rental 1), which has called in.
+async fn held_session(rig: &Rig, uid: &str) -> String {
+    let token = rig.server.handle().register_held(uid, 1).expect("held");
+    let answer = rig.exchange(token.expose()).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    answer.body["sessionToken"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_held_machine_has_no_workload_until_a_pod_takes_it_and_then_runs_as_that_pod() {
+    let rig = rig(&RunnerKeys::random()).await;
+    let handle = rig.server.handle();
+    let session = held_session(&rig, "held-1").await;
+
+    // No workload: the runner is told to wait, and each poll says nothing has come.
+    let none = rig.get("workload", &session).await;
+    assert_eq!(
+        (none.status, none.code()),
+        (409, Some("HeldForAPod")),
+        "{none:?}"
+    );
+    let message = none.body["error"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("binding held-1 is a machine held for a Pod"),
+        "{message}"
+    );
+    let waiting = rig.get("handover", &session).await;
+    assert_eq!(waiting.status, 200, "{waiting:?}");
+    assert_eq!(waiting.body, serde_json::json!({}));
+    let seen = handle.held("held-1").expect("held");
+    assert!(seen.called_in && !seen.lost && !seen.handed, "{seen:?}");
+
+    // What cannot be handed over registers nothing.
+    let running = rig.rent("pod-running", 1).await;
+    let not_held = handle.hand_over("pod-running", "pod-x", 1, workload());
+    assert!(
+        matches!(&not_held, Err(CallbackError::NotHeld { uid, why }) if uid == "pod-running" && why.contains("not a machine held")),
+        "{not_held:?}"
+    );
+    let unknown = handle.hand_over("held-none", "pod-x", 1, workload());
+    assert!(
+        matches!(unknown, Err(CallbackError::NotRegistered(_))),
+        "{unknown:?}"
+    );
+    assert!(!handle.is_registered("pod-x"));
+    let asked = rig.get("handover", &running.session).await;
+    assert_eq!((asked.status, asked.code()), (409, None), "{asked:?}");
+
+    // A Pod takes it: the runner's next poll gets the Pod's secrets, and with them it is the
+    // Pod's runner.
+    handle
+        .hand_over("held-1", "pod-a", 1, workload())
+        .expect("hand over");
+    let given = rig.get("handover", &session).await;
+    assert_eq!(given.status, 200, "{given:?}");
+    let token = given.body["bootstrapToken"].as_str().expect("token");
+    let boot = given.body["credential"].as_str().expect("credential");
+    assert!(handle.held("held-1").expect("held").handed);
+    let pods = rig.exchange(token).await;
+    assert_eq!(pods.status, 200, "{pods:?}");
+    let spiffe_id = pods.body["spiffeId"].as_str().unwrap_or_default();
+    assert!(spiffe_id.ends_with("/pod-a"), "{spiffe_id}");
+    let pod_session = pods.body["sessionToken"].as_str().unwrap().to_owned();
+    let fetched = rig.get("workload", &pod_session).await;
+    assert_eq!(fetched.status, 200, "{fetched:?}");
+    assert_eq!(fetched.body["image"], "example/train");
+    // Its boot credential is spent now that it called in as the Pod's.
+    assert_eq!(rig.reauth(boot).await.status, 401);
+
+    // Another Pod cannot take it; the same Pod again (a new leader) gets fresh secrets.
+    let other = handle.hand_over("held-1", "pod-b", 1, workload());
+    assert!(
+        matches!(&other, Err(CallbackError::NotHeld { why, .. }) if why.contains("another Pod took it")),
+        "{other:?}"
+    );
+    assert!(!handle.is_registered("pod-b"));
+    handle
+        .hand_over("held-1", "pod-a", 1, workload())
+        .expect("again");
+    let again = rig.get("handover", &session).await;
+    assert_ne!(again.body["bootstrapToken"].as_str(), Some(token));
+    let shown = format!(
+        "{:?}",
+        neocloud_protocol::Handover {
+            bootstrap_token: Some(token.to_owned()),
+            credential: Some(boot.to_owned()),
+        }
+    );
+    assert!(!shown.contains(token) && !shown.contains(boot), "{shown}");
+}
+
+#[tokio::test]
+async fn a_held_machine_whose_runner_goes_silent_is_lost_and_no_pod_can_take_it() {
+    let config = CallbackConfig {
+        heartbeat_timeout: Duration::from_millis(400),
+        ..config(&RunnerKeys::random())
+    };
+    let mut rig = rig_with(config).await;
+    let handle = rig.server.handle();
+    let session = held_session(&rig, "held-2").await;
+    assert_eq!(rig.get("handover", &session).await.status, 200);
+    // Its polls keep it alive; then they stop (the spot machine was reclaimed).
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(rig.get("handover", &session).await.status, 200);
+    }
+    assert!(!handle.held("held-2").expect("held").lost);
+    let event = tokio::time::timeout(Duration::from_secs(5), rig.events.recv())
+        .await
+        .expect("lost in time")
+        .expect("events");
+    assert_eq!(event.uid, "held-2");
+    assert!(matches!(event.kind, RunnerEventKind::Lost), "{event:?}");
+    assert!(handle.held("held-2").expect("held").lost);
+    let taken = handle.hand_over("held-2", "pod-c", 1, workload());
+    assert!(
+        matches!(&taken, Err(CallbackError::NotHeld { why, .. }) if why.contains("lost")),
+        "{taken:?}"
+    );
+    assert!(!handle.is_registered("pod-c"));
+    let late = rig.get("handover", &session).await;
+    assert_eq!(
+        (late.status, late.code()),
+        (403, Some("RentalNotCurrent")),
+        "{late:?}"
+    );
+    assert_eq!(handle.held("pod-c"), None);
 }

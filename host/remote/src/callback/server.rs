@@ -5,7 +5,12 @@
 //! - `POST /v1/token/reauth` `{"credential"}` → a session for the binding the credential names,
 //!   when the node no longer accepts the runner's session; rate limited per client IP.
 //! - `POST /v1/token/refresh` (Bearer) → a fresh session for the same binding.
-//! - `GET /v1/workload` (Bearer) → the [`Workload`](super::Workload), env values included.
+//! - `GET /v1/workload` (Bearer) → the [`Workload`](super::Workload), env values included; for
+//!   the runner of a machine rented ahead of its Pod (held for a ProvisioningRequest), 409 with
+//!   the code [`HELD_FOR_A_POD`](neocloud_protocol::HELD_FOR_A_POD) until a Pod takes it.
+//! - `GET /v1/handover` (Bearer) → the [`Handover`](super::Handover) of a held machine: empty
+//!   while it waits (each poll is a sign of life), then the bootstrap token and boot credential
+//!   of the Pod that took it, with which its runner authenticates again as that Pod's.
 //! - `POST /v1/status` (Bearer) [`StatusReport`](super::StatusReport).
 //! - `POST /v1/heartbeat` (Bearer) with an optional [`Heartbeat`](super::Heartbeat) → 204.
 //! - `POST /v1/stats` (Bearer) with a `WorkloadStats` → 204: the workload's latest usage.
@@ -162,6 +167,7 @@ fn routes(state: Arc<Shared>) -> Router {
         .route("/v1/token/reauth", post(reauth))
         .route("/v1/token/refresh", post(refresh))
         .route("/v1/workload", get(workload))
+        .route("/v1/handover", get(handover))
         .route("/v1/status", post(status))
         .route("/v1/heartbeat", post(heartbeat))
         .route("/v1/stats", post(stats))
@@ -181,32 +187,42 @@ pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response 
 }
 
 pub(super) fn refusal(e: &CallbackError) -> Response {
-    if let CallbackError::RentalNotCurrent { .. } = e {
-        let body = ErrorBody {
-            error: e.to_string(),
-            code: Some(neocloud_protocol::RENTAL_NOT_CURRENT.to_owned()),
-        };
-        return (StatusCode::FORBIDDEN, Json(body)).into_response();
-    }
-    let status = match e {
-        CallbackError::Token(TokenError::InvalidName { .. }) => StatusCode::BAD_REQUEST,
-        CallbackError::Token(_) | CallbackError::CredentialSpent { .. } => StatusCode::UNAUTHORIZED,
-        CallbackError::RentalNotCurrent { .. } => StatusCode::FORBIDDEN,
-        CallbackError::NotRegistered(_) => StatusCode::FORBIDDEN,
-        CallbackError::NoPreviousRun(_) => StatusCode::NOT_FOUND,
-        CallbackError::NotAdoptedYet(_) => return unavailable(e.to_string()),
-        CallbackError::RunnerGone { .. } => StatusCode::FORBIDDEN,
-        CallbackError::TooManySessions { .. } | CallbackError::TooManyEgress { .. } => {
-            StatusCode::TOO_MANY_REQUESTS
+    let (status, code) = match e {
+        CallbackError::RentalNotCurrent { .. } => (
+            StatusCode::FORBIDDEN,
+            Some(neocloud_protocol::RENTAL_NOT_CURRENT),
+        ),
+        CallbackError::HeldForAPod(_) => (
+            StatusCode::CONFLICT,
+            Some(neocloud_protocol::HELD_FOR_A_POD),
+        ),
+        CallbackError::Token(TokenError::InvalidName { .. }) => (StatusCode::BAD_REQUEST, None),
+        CallbackError::Token(_) | CallbackError::CredentialSpent { .. } => {
+            (StatusCode::UNAUTHORIZED, None)
         }
-        CallbackError::EgressNotNamed { .. } => StatusCode::NOT_FOUND,
-        CallbackError::EgressUnavailable => return unavailable(e.to_string()),
-        CallbackError::SessionTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        CallbackError::NotRegistered(_) | CallbackError::RunnerGone { .. } => {
+            (StatusCode::FORBIDDEN, None)
+        }
+        CallbackError::NoPreviousRun(_) | CallbackError::EgressNotNamed { .. } => {
+            (StatusCode::NOT_FOUND, None)
+        }
+        CallbackError::NotHeld { .. } => (StatusCode::CONFLICT, None),
+        CallbackError::NotAdoptedYet(_) | CallbackError::EgressUnavailable => {
+            return unavailable(e.to_string());
+        }
+        CallbackError::TooManySessions { .. } | CallbackError::TooManyEgress { .. } => {
+            (StatusCode::TOO_MANY_REQUESTS, None)
+        }
+        CallbackError::SessionTimeout { .. } => (StatusCode::GATEWAY_TIMEOUT, None),
         CallbackError::Tls(_) | CallbackError::Bind(_) | CallbackError::SessionFailed { .. } => {
-            StatusCode::INTERNAL_SERVER_ERROR
+            (StatusCode::INTERNAL_SERVER_ERROR, None)
         }
     };
-    error(status, e.to_string())
+    let body = ErrorBody {
+        error: e.to_string(),
+        code: code.map(str::to_owned),
+    };
+    (status, Json(body)).into_response()
 }
 
 /// 503 with `Retry-After`: the runner tries again shortly.
@@ -358,6 +374,14 @@ async fn workload(
             }
             no_store(Json(workload).into_response())
         }
+        Err(e) => refusal(&e),
+    }
+}
+
+/// The handover of a held machine: the Pod's secrets once a Pod took it, `{}` until then.
+async fn handover(State(state): AppState, Authed(uid, rental): Authed) -> Response {
+    match state.handover(&uid, rental) {
+        Ok(handover) => no_store(Json(handover).into_response()),
         Err(e) => refusal(&e),
     }
 }

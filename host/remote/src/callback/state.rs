@@ -31,7 +31,7 @@ use super::tokens::{
     BootstrapToken, BootstrapTokens, IssuedSession, Secret, SessionSigner, unix_now,
 };
 use super::{CallbackConfig, CallbackError, RunnerEvent, RunnerEventKind};
-use super::{LogRecord, RunnerState, StatusReport, Workload};
+use super::{Handover, LogRecord, RunnerState, StatusReport, Workload};
 
 #[derive(Debug)]
 struct Entry {
@@ -51,6 +51,12 @@ struct Entry {
     stats: Option<neocloud_protocol::WorkloadStats>,
     /// Its egress connections open (see `super::egress`).
     egress_open: Arc<std::sync::atomic::AtomicUsize>,
+    /// A machine rented ahead of its Pod: no workload, and its runner waits for [`Handover`].
+    held: bool,
+    /// The binding of the Pod that took the held machine, and its secrets, once one did.
+    handover: Option<(String, Handover)>,
+    /// The held machine's runner has been given its handover.
+    handed: bool,
 }
 
 impl Entry {
@@ -65,8 +71,22 @@ impl Entry {
             called_in: false,
             stats: None,
             egress_open: Arc::default(),
+            held: false,
+            handover: None,
+            handed: false,
         }
     }
+}
+
+/// What the node knows of a machine held for a Pod (see [`CallbackHandle::register_held`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldRunner {
+    /// Its runner has called in: the machine is up and waits for a Pod.
+    pub called_in: bool,
+    /// Its runner went silent past the heartbeat timeout (the machine is gone or cut off).
+    pub lost: bool,
+    /// A Pod took it, and its runner has fetched the Pod's secrets.
+    pub handed: bool,
 }
 
 /// Shared state of one callback server.
@@ -104,8 +124,28 @@ impl CallbackHandle {
         rental: u64,
         workload: Workload,
     ) -> Result<BootstrapToken, CallbackError> {
+        self.insert(uid, rental, workload, false)
+    }
+
+    /// Registers rental `rental` of a machine rented ahead of its Pod (held for a
+    /// ProvisioningRequest; `uid` names the held binding) and returns its bootstrap token. Its
+    /// runner authenticates and is told there is no workload ([`CallbackError::HeldForAPod`]);
+    /// it then waits on `GET /v1/handover`, each poll a sign of life, until
+    /// [`CallbackHandle::hand_over`] gives the machine to a Pod.
+    pub fn register_held(&self, uid: &str, rental: u64) -> Result<BootstrapToken, CallbackError> {
+        self.insert(uid, rental, Workload::default(), true)
+    }
+
+    fn insert(
+        &self,
+        uid: &str,
+        rental: u64,
+        workload: Workload,
+        held: bool,
+    ) -> Result<BootstrapToken, CallbackError> {
         let token = self.0.bootstrap.issue(uid, rental)?;
-        let entry = Entry::new(rental, workload, LogBuffer::new(self.0.config.log_limits));
+        let mut entry = Entry::new(rental, workload, LogBuffer::new(self.0.config.log_limits));
+        entry.held = held;
         let old = self.0.bindings.lock().insert(uid.to_string(), entry);
         if let Some(old) = old {
             old.logs.close();
@@ -118,8 +158,106 @@ impl CallbackHandle {
                     });
             }
         }
-        tracing::debug!(binding = uid, rental, "callback: registered a workload");
+        tracing::debug!(
+            binding = uid,
+            rental,
+            held,
+            "callback: registered a workload"
+        );
         Ok(token)
+    }
+
+    /// Gives the held machine `held` (see [`CallbackHandle::register_held`]) to the Pod whose
+    /// binding is `uid`: registers rental `rental` of that binding with `workload`, and hands
+    /// the machine's runner that rental's bootstrap token and boot credential at its next poll.
+    /// The runner then authenticates as the Pod's and runs its workload. Handing the machine to
+    /// the same Pod again (a new leader) issues fresh secrets; to another Pod, or a machine
+    /// whose runner was lost, is refused and registers nothing.
+    pub fn hand_over(
+        &self,
+        held: &str,
+        uid: &str,
+        rental: u64,
+        workload: Workload,
+    ) -> Result<(), CallbackError> {
+        let refused = |why| CallbackError::NotHeld {
+            uid: held.to_owned(),
+            why,
+        };
+        let check = |entry: Option<&Entry>| -> Result<(), CallbackError> {
+            let entry = entry.ok_or_else(|| CallbackError::NotRegistered(held.to_owned()))?;
+            if !entry.held {
+                return Err(refused("it is not a machine held for a Pod"));
+            }
+            if entry.runner.lost {
+                return Err(refused("its runner was declared lost"));
+            }
+            Ok(())
+        };
+        let check = |entry: Option<&Entry>| {
+            check(entry)?;
+            match entry.and_then(|e| e.handover.as_ref()) {
+                Some((taker, _)) if taker != uid => Err(refused("another Pod took it")),
+                _ => Ok(()),
+            }
+        };
+        check(self.0.bindings.lock().get(held))?;
+        let token = self.insert(uid, rental, workload, false)?;
+        let credential = self.credential(uid, rental)?;
+        let mut bindings = self.0.bindings.lock();
+        if let Err(e) = check(bindings.get(held)) {
+            drop(bindings);
+            self.unregister(uid);
+            return Err(e);
+        }
+        if let Some(entry) = bindings.get_mut(held) {
+            let handover = Handover {
+                bootstrap_token: Some(token.expose().to_owned()),
+                credential: Some(credential.expose().to_owned()),
+            };
+            entry.handover = Some((uid.to_owned(), handover));
+        }
+        tracing::info!(
+            held,
+            binding = uid,
+            rental,
+            "callback: a held machine is handed over"
+        );
+        Ok(())
+    }
+
+    /// What the node knows of the held machine `uid`; `None` when it is not one.
+    pub fn held(&self, uid: &str) -> Option<HeldRunner> {
+        let bindings = self.0.bindings.lock();
+        let entry = bindings.get(uid).filter(|e| e.held)?;
+        Some(HeldRunner {
+            called_in: entry.called_in,
+            lost: entry.runner.lost,
+            handed: entry.handed,
+        })
+    }
+
+    /// Takes over the held machine `uid` (rental `rental`) that an earlier process registered
+    /// (see [`CallbackHandle::adopt`]): its runner has the boot timeout, or, if it had called
+    /// in, the heartbeat timeout from now to poll again. Returns false, changing nothing, if
+    /// it is already registered here.
+    pub fn adopt_held(&self, uid: &str, rental: u64, called_in: bool) -> bool {
+        let mut bindings = self.0.bindings.lock();
+        if bindings.contains_key(uid) {
+            return false;
+        }
+        let mut entry = Entry::new(
+            rental,
+            Workload::default(),
+            LogBuffer::new(self.0.config.log_limits),
+        );
+        entry.held = true;
+        entry.last_seen = called_in.then(Instant::now);
+        entry.called_in = called_in;
+        entry.awaited = true;
+        bindings.insert(uid.to_string(), entry);
+        tracing::info!(binding = uid, rental, "callback: adopted a held machine");
+        true
     }
 
     /// The boot credential of rental `rental` of a binding, for its `user_data`: any replica
@@ -395,8 +533,32 @@ impl State {
         })
     }
 
+    /// The workload of rental `rental`; [`CallbackError::HeldForAPod`] for a held machine.
     pub fn workload(&self, uid: &str, rental: u64) -> Result<Workload, CallbackError> {
-        self.touch(uid, rental, |entry| entry.workload.clone())
+        let held = |entry: &mut Entry| {
+            (!entry.held)
+                .then(|| entry.workload.clone())
+                .ok_or_else(|| CallbackError::HeldForAPod(uid.to_owned()))
+        };
+        self.touch(uid, rental, held)?
+    }
+
+    /// The handover of the held machine `uid` (empty until a Pod takes it); a sign of life.
+    pub fn handover(&self, uid: &str, rental: u64) -> Result<Handover, CallbackError> {
+        let handover = |entry: &mut Entry| {
+            if !entry.held {
+                return Err(CallbackError::NotHeld {
+                    uid: uid.to_owned(),
+                    why: "it is not a machine held for a Pod",
+                });
+            }
+            let handover = (entry.handover.as_ref())
+                .map(|(_, h)| h.clone())
+                .unwrap_or_default();
+            entry.handed |= handover.bootstrap_token.is_some();
+            Ok(handover)
+        };
+        self.touch(uid, rental, handover)?
     }
 
     /// A usage sample from the runner (also a sign of life).
