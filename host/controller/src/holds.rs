@@ -5,9 +5,11 @@
 //! the request takes one reservation just before it reserves its own budget, so the two never
 //! count twice.
 //!
-//! Not for renting: in this stage a hold is budget only, and the Pods rent when they arrive. Not
-//! the ProvisioningRequest controller that holds (`neocloud-provisioning`): the Pod controller
-//! takes holds, so they are kept below both.
+//! A request may also hold machines rented ahead of its Pods ([`HeldMachine`], each a binding
+//! labelled [`HELD_LABEL`] whose runner waits for a Pod): a Pod that consumes the request takes
+//! one ([`Holds::take_machine_for`]) instead of renting, and the machine's budget, committed when
+//! it was rented, moves to the Pod's binding. Not the ProvisioningRequest controller that holds
+//! (`neocloud-provisioning`): the Pod controller takes holds, so they are kept below both.
 
 pub mod gangs;
 mod prefer;
@@ -30,6 +32,37 @@ pub use prefer::{confine, prefer};
 pub const CONSUME_ANNOTATION: &str = "autoscaling.x-k8s.io/consume-provisioning-request";
 use parking_lot::Mutex;
 
+/// The label of a binding rented ahead for a ProvisioningRequest: the request's UID. Such a
+/// binding has no Pod (its `spec.podName` is empty) until a Pod takes its machine.
+pub const HELD_LABEL: &str = "cloud.aibrix.ai/held-for";
+
+/// A machine rented ahead of its Pod for a request: its binding and what a Pod that takes it
+/// writes into its own binding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldMachine {
+    /// The held binding's namespace.
+    pub namespace: String,
+    /// The held binding's name.
+    pub binding: String,
+    /// The held binding's `spec.podUid`: its runner's identity until a Pod takes it.
+    pub slot: String,
+    /// Its provider.
+    pub provider: ProviderId,
+    /// Its instance.
+    pub instance_id: String,
+    /// The offer it was rented from.
+    pub offer_id: String,
+    /// What it costs, USD per hour.
+    pub usd_per_hour: f64,
+}
+
+impl HeldMachine {
+    /// The broker's key of the held binding: `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.binding)
+    }
+}
+
 /// Where a request's Pods were planned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldPlace {
@@ -51,8 +84,16 @@ struct Held {
     uid: String,
     place: HeldPlace,
     reservations: Vec<Reservation>,
+    /// Machines rented ahead and not taken yet.
+    machines: Vec<HeldMachine>,
     takers: HashSet<String>,
     deadline: Instant,
+}
+
+impl Held {
+    fn untaken(&self) -> usize {
+        self.reservations.len() + self.machines.len()
+    }
 }
 
 /// The table. Every method is safe to call concurrently.
@@ -102,6 +143,7 @@ impl Holds {
             uid: uid.to_owned(),
             place,
             reservations,
+            machines: Vec::new(),
             takers: takers.into_iter().collect(),
             deadline,
         };
@@ -116,6 +158,52 @@ impl Holds {
         let name = pod.annotations().get(CONSUME_ANNOTATION)?;
         let key = format!("{}/{name}", pod.namespace().unwrap_or_default());
         self.take(&key, &pod.uid().unwrap_or_default())
+    }
+
+    /// Adds a machine rented ahead for request `key` (the request with `uid`); its budget is
+    /// the rental's (the reservation it replaces was dropped before it was rented, see
+    /// [`Holds::drop_one`]). False, adding nothing, when the request holds nothing (it was
+    /// released meanwhile: the machine is to be released).
+    pub fn add_machine(&self, key: &str, uid: &str, machine: HeldMachine) -> bool {
+        let mut table = self.table.lock();
+        let Some(held) = table.get_mut(key).filter(|h| h.uid == uid) else {
+            return false;
+        };
+        held.machines.push(machine);
+        self.report(&table);
+        true
+    }
+
+    /// Drops one reservation of request `key`, just before a machine is rented for it with a
+    /// reservation of its own.
+    pub fn drop_one(&self, key: &str) {
+        let mut table = self.table.lock();
+        if let Some(held) = table.get_mut(key) {
+            drop(held.reservations.pop());
+        }
+        self.report(&table);
+    }
+
+    /// For a Pod that consumes a request: one of its machines rented ahead, the first time this
+    /// Pod asks; `None` when it has none left (or none at all) or this Pod took one before.
+    pub fn take_machine_for(&self, pod: &Pod) -> Option<HeldMachine> {
+        let name = pod.annotations().get(CONSUME_ANNOTATION)?;
+        let key = format!("{}/{name}", pod.namespace().unwrap_or_default());
+        let uid = pod.uid().unwrap_or_default();
+        let mut table = self.table.lock();
+        let held = table.get_mut(&key)?;
+        if held.takers.contains(&uid) {
+            return None;
+        }
+        let machine = held.machines.pop()?;
+        held.takers.insert(uid);
+        self.report(&table);
+        Some(machine)
+    }
+
+    /// Whether the request with `uid` holds anything (its machines are kept while it does).
+    pub fn holds_uid(&self, uid: &str) -> bool {
+        self.table.lock().values().any(|h| h.uid == uid)
     }
 
     /// [`Holds::take_for`] by request key and Pod UID.
@@ -156,7 +244,7 @@ impl Holds {
         let table = self.table.lock();
         table
             .iter()
-            .filter(|(_, h)| !h.reservations.is_empty() && h.deadline <= now)
+            .filter(|(_, h)| h.untaken() > 0 && h.deadline <= now)
             .map(|(k, h)| (k.clone(), h.uid.clone()))
             .collect()
     }
@@ -170,12 +258,9 @@ impl Holds {
             .collect()
     }
 
-    /// Reservations of request `key` not yet taken by a Pod.
+    /// Reservations and machines of request `key` not yet taken by a Pod.
     pub fn untaken(&self, key: &str) -> usize {
-        self.table
-            .lock()
-            .get(key)
-            .map_or(0, |h| h.reservations.len())
+        self.table.lock().get(key).map_or(0, Held::untaken)
     }
 
     /// Everything held, USD per hour.
@@ -184,9 +269,11 @@ impl Holds {
     }
 
     fn sum(table: &HashMap<String, Held>) -> f64 {
-        let all = table.values().flat_map(|h| h.reservations.iter());
+        let reserved = table.values().flat_map(|h| h.reservations.iter());
+        let rented = table.values().flat_map(|h| h.machines.iter());
         // From `0`: a float sum of nothing is `-0`, which the gauge would print as `-0.0`.
-        all.map(Reservation::usd_per_hour)
+        (reserved.map(Reservation::usd_per_hour))
+            .chain(rented.map(|m| m.usd_per_hour))
             .fold(0.0, |sum, usd| sum + usd)
     }
 
@@ -300,6 +387,70 @@ mod tests {
         assert!(
             text.contains("\nneocloud_provisioning_held_usd_per_hour 0.0\n"),
             "{text}"
+        );
+    }
+
+    fn machine(n: usize) -> HeldMachine {
+        HeldMachine {
+            namespace: "team-a".into(),
+            binding: format!("held-u1-{n}"),
+            slot: format!("u1-{n}"),
+            provider: ProviderId::Lambda,
+            instance_id: format!("i-{n}"),
+            offer_id: "o".into(),
+            usd_per_hour: 0.75,
+        }
+    }
+
+    #[test]
+    fn each_consuming_pod_takes_one_machine_once_and_untaken_machines_expire() {
+        let budget = BudgetGuard::new(None);
+        let metrics = Arc::new(Metrics::new());
+        let holds = Holds::new(Some(metrics.clone()));
+        let now = Instant::now();
+        holds.hold("team-a/req-1", "u1", place(), reserve(&budget, 2), now);
+        assert!(holds.holds_uid("u1") && !holds.holds_uid("u2"));
+        // Each machine replaces a reservation, given up just before it is rented.
+        for n in 0..2 {
+            holds.drop_one("team-a/req-1");
+            assert!(holds.add_machine("team-a/req-1", "u1", machine(n)));
+        }
+        assert!(!holds.add_machine("team-a/req-1", "other-uid", machine(9)));
+        assert_eq!(budget.in_flight_usd_per_hour(), 0.0);
+        assert!((holds.usd_per_hour() - 1.5).abs() < 1e-9);
+        assert!(
+            metrics
+                .encode()
+                .contains("neocloud_provisioning_held_usd_per_hour 1.5")
+        );
+        assert_eq!(holds.untaken("team-a/req-1"), 2);
+        assert_eq!(holds.expired(now).len(), 1, "untaken machines expire");
+
+        let took = holds
+            .take_machine_for(&consumer("p1", "req-1"))
+            .expect("a machine");
+        assert_eq!(
+            holds.take_machine_for(&consumer("p1", "req-1")),
+            None,
+            "once per Pod"
+        );
+        assert_eq!(holds.take_for(&consumer("p1", "req-1")), Some(place()));
+        assert_eq!(
+            holds.untaken("team-a/req-1"),
+            1,
+            "p1 took one machine and nothing else"
+        );
+        let other = holds
+            .take_machine_for(&consumer("p2", "req-1"))
+            .expect("the other");
+        assert_ne!(took, other);
+        assert_eq!(holds.take_machine_for(&consumer("p3", "req-1")), None);
+        assert!(holds.expired(now).is_empty(), "all taken");
+        assert_eq!(holds.usd_per_hour(), 0.0);
+        assert!(holds.release_uid("team-a/req-1", "u1"));
+        assert!(
+            !holds.add_machine("team-a/req-1", "u1", machine(3)),
+            "released: refused"
         );
     }
 

@@ -27,7 +27,6 @@
 //!   with its cluster name in the machine's hosts file; a Service it did not name is refused.
 
 use std::path::Path;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
@@ -42,7 +41,7 @@ mod runner_bin;
 mod support;
 mod vm_support;
 use support::free_port;
-use vm_support::{World, runner_pids};
+use vm_support::{World, runner_pids, until};
 
 const IMAGE: &str = "ghcr.io/aibrix/neocloud-node:e2e";
 const BUSYBOX: &str = "neocloud.invalid/busybox:1";
@@ -100,26 +99,6 @@ fn ready(pod: &Pod) -> Option<String> {
 
 fn pod_ip(pod: &Pod) -> Option<String> {
     pod.status.as_ref()?.pod_ip.clone()
-}
-
-/// Polls `what` every 200 ms for up to `seconds`, until it returns `Some`.
-async fn until<T, F, Fut>(seconds: u64, what: &str, world: &World, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
-    loop {
-        if let Some(t) = f().await {
-            return t;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what} within {seconds}s\n{}",
-            world.node_log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// A shell command fetching `/hello` from `host:port` (busybox's static `wget` crashes in the

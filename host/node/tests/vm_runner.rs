@@ -10,14 +10,16 @@
 use std::time::Duration;
 
 use futures::{AsyncBufReadExt, StreamExt};
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Pod, PodTemplate};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, LogParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, LogParams, PostParams};
+use neocloud_node::crd::CloudPodBinding;
+use serde_json::json;
 
 mod runner_bin;
 mod support;
 mod vm_support;
-use vm_support::{SECRET_VALUE, World, runner_pids};
+use vm_support::{SECRET_VALUE, World, runner_pids, until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lambda_pod_runs_through_the_runner_and_is_replaced_when_its_heartbeats_stop() {
@@ -254,4 +256,221 @@ async fn a_vm_whose_runner_never_calls_back_is_terminated_and_replaced() {
     }
     node.start_kill().unwrap();
     let _ = node.wait().await;
+}
+
+/// The `Provisioned` condition of request `name`, once it is decided: `(status, reason,
+/// message)`.
+async fn provisioned(
+    requests: &Api<DynamicObject>,
+    name: &str,
+) -> Option<(String, String, String)> {
+    let req = requests.get(name).await.ok()?;
+    let conditions = req.data["status"]["conditions"].as_array()?.clone();
+    let c = conditions.iter().find(|c| c["type"] == "Provisioned")?;
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+/// Waits for request `name` to be decided: `(status, reason, message)` of `Provisioned`.
+async fn decided(
+    world: &World,
+    requests: &Api<DynamicObject>,
+    name: &str,
+) -> (String, String, String) {
+    until(90, &format!("{name} decided"), world, || {
+        provisioned(requests, name)
+    })
+    .await
+}
+
+/// The held bindings of the request with UID `uid`.
+async fn held_bindings(world: &World, uid: &str) -> Vec<CloudPodBinding> {
+    let params = ListParams::default().labels(&format!("cloud.aibrix.ai/held-for={uid}"));
+    world.bindings().list(&params).await.unwrap().items
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provisioning_request_rents_its_machines_ahead_and_its_pods_take_them() {
+    let world = World::new("ahead", true).await;
+    neocloud_testenv::kueue::install_provisioning_request_crd(world.ctx.control_plane)
+        .await
+        .expect("the ProvisioningRequest CRD (hack/testenv/build-kueue.sh)");
+    let _node = world.spawn();
+    let ns = &world.ctx.namespace;
+    let templates: Api<PodTemplate> = Api::namespaced(world.ctx.client.clone(), ns);
+    let template: PodTemplate = serde_json::from_value(json!({
+        "metadata": {"name": "trainer"},
+        "template": {
+            "metadata": {"annotations": {"cloud.aibrix.ai/providers": "lambda"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main",
+                "image": "registry.invalid/cuda:12",
+                "command": ["sh", "-c", "echo trained by $HOSTNAME; exit 0"],
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+        }
+    }))
+    .unwrap();
+    templates
+        .create(&PostParams::default(), &template)
+        .await
+        .unwrap();
+    let requests: Api<DynamicObject> = Api::namespaced_with(
+        world.ctx.client.clone(),
+        ns,
+        &neocloud_testenv::kueue::provisioning_request_resource(),
+    );
+    let request = |name: &str, count: u32| {
+        let resource = neocloud_testenv::kueue::provisioning_request_resource();
+        let mut req = DynamicObject::new(name, &resource);
+        // Named for this node: the other tests' nodes serve the class too.
+        req.data = json!({"spec": {"provisioningClassName": "rent.cloud.aibrix.ai",
+            "parameters": {"NodeName": world.node},
+            "podSets": [{"podTemplateRef": {"name": "trainer"}, "count": count}]}});
+        req
+    };
+    let before = world.sims.lambda.ledger().entries.len();
+
+    // A request for two: two machines are rented and their runners are up before it says
+    // Provisioned, and no Pod exists yet.
+    let created = requests
+        .create(&PostParams::default(), &request("two", 2))
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    let (status, reason, message) = decided(&world, &requests, "two").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Rented"),
+        "{message}"
+    );
+    assert!(
+        message.starts_with("2 machines rented and held"),
+        "{message}"
+    );
+    let held = held_bindings(&world, &uid).await;
+    assert_eq!(held.len(), 2, "{held:?}");
+    let machines: Vec<String> = held
+        .iter()
+        .map(|b| {
+            b.status
+                .as_ref()
+                .and_then(|s| s.instance_id.clone())
+                .expect("an instance")
+        })
+        .collect();
+    let ledger = world.sims.lambda.ledger();
+    assert_eq!(ledger.entries.len(), before + 2, "two rentals: {ledger:?}");
+    assert_eq!(ledger.live().len(), 2);
+    assert!(
+        runner_pids(world.callback_port).len() == 2,
+        "two runners wait"
+    );
+
+    // Two Pods consume it: each takes a held machine, and nothing more is rented.
+    for name in ["trainer-0", "trainer-1"] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": {
+                "cloud.aibrix.ai/providers": "lambda",
+                "autoscaling.x-k8s.io/consume-provisioning-request": "two"}},
+            "spec": {"nodeName": world.node, "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                    "command": ["sh", "-c", "echo trained; exit 0"],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+        }))
+        .unwrap();
+        world
+            .pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+    }
+    let mut took = Vec::new();
+    for name in ["trainer-0", "trainer-1"] {
+        until(90, &format!("{name} Succeeded"), &world, || async {
+            let pod = world.pods().get(name).await.ok()?;
+            let phase = pod.status.and_then(|s| s.phase);
+            (phase.as_deref() == Some("Succeeded")).then_some(())
+        })
+        .await;
+        let b = world.bindings().get(name).await.unwrap();
+        let status = b.status.unwrap();
+        let last = status
+            .attempts
+            .last()
+            .unwrap()
+            .message
+            .clone()
+            .unwrap_or_default();
+        assert!(last.starts_with("took lambda instance"), "{last}");
+        took.push(status.instance_id.unwrap());
+    }
+    took.sort();
+    let mut rented = machines.clone();
+    rented.sort();
+    assert_eq!(took, rented, "each Pod ran on a machine rented ahead");
+    assert_eq!(
+        world.sims.lambda.ledger().entries.len(),
+        before + 2,
+        "nothing else rented"
+    );
+    until(90, "the held bindings removed", &world, || async {
+        held_bindings(&world, &uid).await.is_empty().then_some(())
+    })
+    .await;
+
+    // A request whose Pods never come: deleting it releases its machine.
+    let one = requests
+        .create(&PostParams::default(), &request("one", 1))
+        .await
+        .unwrap();
+    let one_uid = one.metadata.uid.clone().unwrap();
+    let (status, reason, message) = decided(&world, &requests, "one").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Rented"),
+        "{message}"
+    );
+    assert_eq!(world.sims.lambda.ledger().entries.len(), before + 3);
+    requests
+        .delete("one", &DeleteParams::default())
+        .await
+        .unwrap();
+    until(90, "the unused machine released", &world, || async {
+        let none_live = world.sims.lambda.ledger().live().is_empty();
+        let gone = held_bindings(&world, &one_uid).await.is_empty();
+        (none_live && gone).then_some(())
+    })
+    .await;
+    let ledger = world.sims.lambda.ledger();
+    assert_eq!(ledger.entries.len(), before + 3, "{ledger:?}");
+
+    // All or none: room for one machine only, so the second cannot be rented, and the first
+    // is released; the request fails saying so.
+    let a10 = world.sims.lambda.ledger().entries[before].offer_id;
+    for offer in world.sims.lambda.offers() {
+        let room = u32::from(offer.id == a10);
+        assert!(world.sims.lambda.set_capacity(offer.id, room));
+    }
+    let short = requests
+        .create(&PostParams::default(), &request("short", 2))
+        .await
+        .unwrap();
+    let short_uid = short.metadata.uid.clone().unwrap();
+    let (status, reason, message) = decided(&world, &requests, "short").await;
+    assert_eq!(status, "False", "{reason}: {message}");
+    assert!(
+        message.starts_with("machine 2 of 2 could not be rented on lambda us-east-1")
+            && message.ends_with("; the machine rented for it is released"),
+        "{reason}: {message}"
+    );
+    until(90, "the partial rental released", &world, || async {
+        let none_live = world.sims.lambda.ledger().live().is_empty();
+        let gone = held_bindings(&world, &short_uid).await.is_empty();
+        (none_live && gone).then_some(())
+    })
+    .await;
+    assert_eq!(
+        world.sims.lambda.ledger().entries.len(),
+        before + 4,
+        "one rental, released"
+    );
 }

@@ -34,6 +34,9 @@ pub struct ProvisioningConfig {
     pub sweep: Duration,
     /// How often the API is looked for while it is not served.
     pub discovery: Duration,
+    /// Whether a request's Pods get machines rented ahead where the node's runner runs them
+    /// (see `ahead`); otherwise only their budget is held.
+    pub rent_ahead: bool,
 }
 
 impl Default for ProvisioningConfig {
@@ -42,6 +45,7 @@ impl Default for ProvisioningConfig {
             booking: Duration::from_secs(600),
             sweep: Duration::from_secs(1),
             discovery: Duration::from_secs(60),
+            rent_ahead: true,
         }
     }
 }
@@ -210,6 +214,11 @@ async fn reconcile(req: Arc<ProvisioningRequest>, p: Arc<Provisioner>) -> Result
     if req.spec.provisioning_class_name != CLASS {
         return Ok(Action::await_change());
     }
+    // Another node's request: not this node's to answer, hold or release.
+    let node = p.reconciler.node_name();
+    if super::params::node_name(&req.spec.parameters).is_some_and(|n| n != node) {
+        return Ok(Action::await_change());
+    }
     if req.metadata.deletion_timestamp.is_some() {
         release_deleted(&p.holds, &req);
         return Ok(Action::await_change());
@@ -266,15 +275,28 @@ fn answer(
         message,
     };
     match outcome {
-        Outcome::Held { place, until } => {
-            let message = format!(
-                "budget of ${:.4}/h held for {} pods on {} until {}; the machines are rented \
-                 when the pods arrive",
-                place.usd_per_hour(),
-                place.picks.len(),
-                place.describe(),
-                restore::instant(until)
-            );
+        Outcome::Held {
+            place,
+            until,
+            machines,
+        } => {
+            let message = if *machines > 0 {
+                format!(
+                    "{machines} machines rented and held for the pods on {} until {}; each pod \
+                     takes one",
+                    place.describe(),
+                    restore::instant(until)
+                )
+            } else {
+                format!(
+                    "budget of ${:.4}/h held for {} pods on {} until {}; the machines are \
+                     rented when the pods arrive",
+                    place.usd_per_hour(),
+                    place.picks.len(),
+                    place.describe(),
+                    restore::instant(until)
+                )
+            };
             let mut details = BTreeMap::from([
                 ("RequestKey".to_owned(), req.uid().unwrap_or_default()),
                 ("NodeName".to_owned(), node.to_owned()),
@@ -287,7 +309,12 @@ fn answer(
                 ),
             ]);
             details.retain(|_, v| !v.is_empty());
-            let provisioned = set("Provisioned", true, "BudgetHeld", message);
+            let reason = if *machines > 0 {
+                "Rented"
+            } else {
+                "BudgetHeld"
+            };
+            let provisioned = set("Provisioned", true, reason, message);
             (vec![accepted, provisioned], details)
         }
         Outcome::Checked { place } => {

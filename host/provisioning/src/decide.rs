@@ -12,6 +12,7 @@ use kube::{Api, ResourceExt};
 use neocloud_broker::{Plan, PlanInput, Planner};
 use neocloud_core::{OfferQuery, WorkloadSpec};
 
+use super::ahead::AheadSet;
 use super::controller::Provisioner;
 use super::params::{self, Parameters};
 use super::regions::{Place, PlannedSet, places};
@@ -21,12 +22,15 @@ use neocloud_controller::holds::HeldPlace;
 /// What the node says about a request.
 #[derive(Debug)]
 pub enum Outcome {
-    /// The budget of every Pod is held in `place` until `until`.
+    /// The budget of every Pod is held in `place` until `until`, and with `machines` (rented
+    /// ahead, see `ahead`) a machine for each Pod is rented and its runner up.
     Held {
         /// Where.
         place: Place,
         /// The booking's end.
         until: chrono::DateTime<Utc>,
+        /// How many machines were rented ahead (0: the Pods rent when they come).
+        machines: usize,
     },
     /// A capacity check: it would fit in `place`; nothing is held.
     Checked {
@@ -53,6 +57,7 @@ fn failed(reason: &str, message: impl Into<String>) -> Outcome {
 struct Ready {
     template: String,
     count: u32,
+    pod: Pod,
     workload: WorkloadSpec,
     planner: Planner,
 }
@@ -96,7 +101,38 @@ impl Provisioner {
             Ok(found) => found,
             Err(no) => return Ok(failed(no.reason(), no.message())),
         };
-        Ok(self.hold_first(req, &params, found))
+        let ahead: Vec<AheadSet> = (ready.into_iter())
+            .map(|s| AheadSet {
+                pod: s.pod,
+                count: s.count,
+                workload: s.workload,
+                planner: s.planner,
+            })
+            .collect();
+        let outcome = self.hold_first(req, &params, found);
+        let Outcome::Held { place, until, .. } = outcome else {
+            return Ok(outcome);
+        };
+        if !self.rents_ahead(&ahead, &place) {
+            return Ok(Outcome::Held {
+                place,
+                until,
+                machines: 0,
+            });
+        }
+        // Boxed: renting every machine is a large future.
+        match Box::pin(self.rent_ahead(req, &ahead, &place)).await? {
+            Ok(machines) => Ok(Outcome::Held {
+                place,
+                until,
+                machines: machines.len(),
+            }),
+            Err(failed) => {
+                self.holds
+                    .release_uid(&super::key(req), &req.uid().unwrap_or_default());
+                Ok(failed)
+            }
+        }
     }
 
     /// Each pod set's template read and planned as a Pod; a bad request or template is an
@@ -143,6 +179,7 @@ impl Provisioner {
             ready.push(Ready {
                 template: name.clone(),
                 count,
+                pod,
                 workload,
                 planner,
             });
@@ -194,7 +231,11 @@ impl Provisioner {
                     self.holds
                         .hold(&key, &uid, held, reservations, Instant::now() + life);
                     let until = Utc::now() + chrono::Duration::from_std(life).unwrap_or_default();
-                    return Outcome::Held { place, until };
+                    return Outcome::Held {
+                        place,
+                        until,
+                        machines: 0,
+                    };
                 }
                 Err(over) => {
                     refused.get_or_insert((over, place));

@@ -10,6 +10,7 @@
 //! cluster-autoscaler ship it), the Pod controller and the hold table it takes from
 //! (`neocloud-controller`).
 
+mod ahead;
 mod controller;
 mod decide;
 pub mod params;

@@ -12,8 +12,23 @@ pub const VALID_UNTIL_SECONDS: &str = "ValidUntilSeconds";
 /// A ceiling in USD per hour on each machine, on top of the Pods' and their policies'.
 pub const MAX_PRICE_PER_HOUR: &str = "MaxPricePerHour";
 
+/// The virtual node that answers the request: with several nodes serving the class in one
+/// cluster, the others leave it alone.
+pub const NODE_NAME: &str = "NodeName";
+
 /// Every name the node reads.
-pub const KNOWN: [&str; 3] = [CHECK_CAPACITY, VALID_UNTIL_SECONDS, MAX_PRICE_PER_HOUR];
+pub const KNOWN: [&str; 4] = [
+    CHECK_CAPACITY,
+    VALID_UNTIL_SECONDS,
+    MAX_PRICE_PER_HOUR,
+    NODE_NAME,
+];
+
+/// The node a request's parameters name, if they name one (read before anything else: a
+/// request for another node is not this node's to answer, even to refuse).
+pub fn node_name(map: &BTreeMap<String, String>) -> Option<&str> {
+    map.get(NODE_NAME).map(String::as_str)
+}
 
 /// What the parameters ask for.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -47,6 +62,8 @@ pub fn parse(map: &BTreeMap<String, String>) -> Result<Parameters, String> {
                 Ok(v) if v.is_finite() && v > 0.0 => p.max_price_per_hour = Some(v),
                 _ => return Err(bad("a positive number of USD per hour")),
             },
+            // Read by `node_name`; a node answers only a request that names it.
+            NODE_NAME => {}
             _ => {
                 return Err(format!(
                     "spec.parameters.{name}: unknown parameter (the class reads {})",
@@ -81,6 +98,10 @@ mod tests {
         assert_eq!(p.valid_until, Some(Duration::from_secs(600)));
         assert_eq!(p.max_price_per_hour, Some(3.0));
         assert_eq!(parse(&BTreeMap::new()).unwrap(), Parameters::default());
+        let named = map(&[("NodeName", "gpu-burst")]);
+        assert_eq!(parse(&named).unwrap(), Parameters::default());
+        assert_eq!(node_name(&named), Some("gpu-burst"));
+        assert_eq!(node_name(&BTreeMap::new()), None);
     }
 
     #[test]

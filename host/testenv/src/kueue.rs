@@ -88,6 +88,15 @@ pub fn provisioning_request_resource() -> ApiResource {
     }
 }
 
+/// Installs only the ProvisioningRequest CRD (from the same cache as Kueue's binary), for tests
+/// that make requests themselves, as any ProvisioningRequest client does, without Kueue.
+pub async fn install_provisioning_request_crd(control_plane: &ControlPlane) -> Result<(), Error> {
+    let bin = locate()?;
+    let files = bin.parent().unwrap_or(Path::new("."));
+    let path = files.join("crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
+    manifests::install_crd(&control_plane.client().await?, &path).await
+}
+
 /// A running Kueue manager. Dropping it stops the process, and its supervisor then removes the
 /// manager's directory (kept when the control plane keeps its own); what it installed stays on
 /// the control plane.

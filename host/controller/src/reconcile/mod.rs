@@ -23,6 +23,7 @@ mod endings;
 mod env;
 mod files;
 mod gangs;
+mod held;
 mod mirror;
 mod objects;
 mod placing;
@@ -60,6 +61,7 @@ use neocloud_burst_policy::PolicyRegistry;
 use neocloud_telemetry::metrics::Metrics;
 
 pub use attempts::class_reason;
+pub use held::{Held, HeldFor, held_name};
 pub use pod_status::{Container, DesiredPod};
 pub use rebuild::{Rebuilt, rebuild_budget};
 pub use relays::{RELAY_LABEL, Relays, relay_name, tcp_ports};

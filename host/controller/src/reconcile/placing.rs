@@ -195,6 +195,15 @@ impl Reconciler {
                 (Some((key, round)), crate::holds::confine(planner, place))
             }
         };
+        // A Pod admitted through a ProvisioningRequest takes a machine rented ahead for it, if
+        // the request holds one (see `held`).
+        if member.is_none()
+            && let Some(machine) = (self.cfg.holds.as_ref()).and_then(|h| h.take_machine_for(pod))
+        {
+            let login = registry_login.as_ref();
+            return Box::pin(self.take_held(pod, &b, status, machine, &w, &env, &files, login))
+                .await;
+        }
         // The Pod says nothing while it is planned (it is Pending, as the API server made it):
         // what it says next is the outcome (Running, Provisioning, Waiting, NoOffer...), one
         // write instead of two. A Pod waiting keeps its reason while it is planned again.

@@ -385,7 +385,7 @@ pub(super) fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), Error> {
 }
 
 /// What the binding records of the workload.
-fn summary(w: &WorkloadSpec) -> WorkloadSummary {
+pub(super) fn summary(w: &WorkloadSpec) -> WorkloadSummary {
     WorkloadSummary {
         image: w.image.clone(),
         gpu_count: w.gpu.count,

@@ -58,6 +58,10 @@ pub(super) struct BindingRecorder<'a> {
     pub pod: &'a Pod,
     /// Who decides fallbacks: the BurstPolicy's name, or `default`.
     pub policy: String,
+    /// For a machine rented ahead of its Pod (`pod` is then its PodTemplate's), the UID of the
+    /// ProvisioningRequest it is held for: renting goes on while the request holds, and the
+    /// events are the held binding's.
+    pub held_for: Option<String>,
     latest: Mutex<Latest>,
 }
 
@@ -82,6 +86,7 @@ impl<'a> BindingRecorder<'a> {
             r,
             pod,
             policy,
+            held_for: None,
             latest: Mutex::new(Latest {
                 written: binding,
                 unwritten,
@@ -135,8 +140,28 @@ impl<'a> BindingRecorder<'a> {
         self.latest(|l| l.unwritten = Some(status));
     }
 
-    /// Whether the Pod is still the live Pod this binding serves.
+    /// The same recorder for a machine rented ahead for the request with UID `request`.
+    pub fn held_for(mut self, request: &str) -> Self {
+        self.held_for = Some(request.to_owned());
+        self
+    }
+
+    /// An event about the Pod, or for a held machine about its binding.
+    async fn say(&self, warning: bool, reason: &str, note: String) {
+        if self.held_for.is_some() {
+            self.r.event(&self.binding(), warning, reason, note).await;
+        } else {
+            self.r.event(self.pod, warning, reason, note).await;
+        }
+    }
+
+    /// Whether the Pod is still the live Pod this binding serves (for a held machine: whether
+    /// its request still holds).
     async fn pod_is_live(&self) -> Result<bool, String> {
+        if let Some(request) = &self.held_for {
+            let holds = self.r.cfg.holds.as_ref();
+            return Ok(holds.is_some_and(|h| h.holds_uid(request)));
+        }
         let uid = self.pod.uid().unwrap_or_default();
         self.r
             .pod_lives(
@@ -162,7 +187,12 @@ impl<'a> BindingRecorder<'a> {
 impl AttemptRecorder for BindingRecorder<'_> {
     async fn record(&self, attempt: &Attempt) -> Result<(), String> {
         if attempt.outcome == AttemptOutcome::InFlight && !self.pod_is_live().await? {
-            return Err("the pod is being deleted; no further rental is started".to_owned());
+            let gone = if self.held_for.is_some() {
+                "the request is no longer held; no further rental is started"
+            } else {
+                "the pod is being deleted; no further rental is started"
+            };
+            return Err(gone.to_owned());
         }
         let mut status = self.status();
         upsert(&mut status, to_record(attempt, Utc::now()));
@@ -209,7 +239,7 @@ impl AttemptRecorder for BindingRecorder<'_> {
                 "attempt {} on {} offer {} at ${:.4}/h failed ({}): {message}{code}",
                 attempt.number, attempt.provider, attempt.offer_id, attempt.price_per_hour, class
             );
-            self.r.event(self.pod, true, "RentalFailed", note).await;
+            self.say(true, "RentalFailed", note).await;
         }
         Ok(())
     }
@@ -234,7 +264,7 @@ impl AttemptRecorder for BindingRecorder<'_> {
             summary(retries)
         );
         tracing::info!(pod = %self.pod.name_any(), attempt = attempt.number, retries = retries.len(), "{note}");
-        self.r.event(self.pod, true, "ProviderRetried", note).await;
+        self.say(true, "ProviderRetried", note).await;
     }
 
     async fn decided(&self, decision: &Decision) -> Result<(), String> {
@@ -281,7 +311,7 @@ impl AttemptRecorder for BindingRecorder<'_> {
                 decision.attempt
             )
         })?;
-        self.r.event(self.pod, false, "FallbackDecided", note).await;
+        self.say(false, "FallbackDecided", note).await;
         if let NextStep::Try { offer, after, .. } = &decision.next
             && *after >= std::time::Duration::from_secs(1)
         {
@@ -311,14 +341,14 @@ impl AttemptRecorder for BindingRecorder<'_> {
             wait.decided_by
         );
         tracing::info!(pod = %self.pod.name_any(), "{message}");
-        if let Err(e) = self
-            .r
-            .set_pod(self.pod, &DesiredPod::pending("Waiting", message.clone()))
-            .await
+        if self.held_for.is_none()
+            && let Err(e) = (self.r)
+                .set_pod(self.pod, &DesiredPod::pending("Waiting", message.clone()))
+                .await
         {
             tracing::debug!(error = %e, "failed to say the pod is waiting");
         }
-        self.r.event(self.pod, false, "Waiting", message).await;
+        self.say(false, "Waiting", message).await;
     }
 }
 

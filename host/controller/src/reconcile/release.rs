@@ -158,7 +158,7 @@ impl Reconciler {
     }
 
     /// Removes our finalizer, guarded by the resourceVersion read.
-    async fn drop_finalizer(&self, b: &CloudPodBinding) -> Result<(), Error> {
+    pub(super) async fn drop_finalizer(&self, b: &CloudPodBinding) -> Result<(), Error> {
         if !b.finalizers().iter().any(|f| f == FINALIZER) {
             return Ok(());
         }

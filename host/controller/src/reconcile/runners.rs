@@ -150,27 +150,74 @@ impl Runners {
         self.followed
             .lock()
             .insert(uid, followed(pod, rental, files));
+        Ok(self.render(&token, &credential, container_runner(pod)))
+    }
+
+    /// Registers the machine `slot` (a held binding's `spec.podUid`) rented ahead of its Pod,
+    /// and renders what boots its runner, which waits for a Pod (see `hand_over`): a VM's
+    /// `user_data`, and with `container` (the Pod can be run through the runner on a container
+    /// provider) the container's start command.
+    pub fn boot_held(&self, slot: &str, container: bool) -> Result<Boot, CallbackError> {
+        let token = self.handle.register_held(slot, 1)?;
+        let credential = self.handle.credential(slot, 1)?;
+        Ok(self.render(&token, &credential, container))
+    }
+
+    fn render(
+        &self,
+        token: &neocloud_remote::callback::BootstrapToken,
+        credential: &neocloud_remote::callback::Secret,
+        container: bool,
+    ) -> Boot {
         let user_data = render_user_data(
             &self.callback_url,
             &self.cert_pem,
-            &token,
-            &credential,
+            token,
+            credential,
             &self.options,
         );
-        let container = (!self.containers.is_empty() && container_runner(pod)).then(|| {
+        let container = (!self.containers.is_empty() && container).then(|| {
             let (command, env) = render_container_start(
                 &self.callback_url,
                 &self.cert_pem,
-                &token,
-                &credential,
+                token,
+                credential,
                 &self.options,
             );
             ContainerBoot { command, env }
         });
-        Ok(Boot {
+        Boot {
             user_data,
             container,
-        })
+        }
+    }
+
+    /// Gives the held machine `slot` to `pod` as rental `rental` of its binding: the Pod's
+    /// workload is registered, and the machine's runner, at its next poll, authenticates as the
+    /// Pod's runner and runs it. From then on the Pod is followed as one this process booted.
+    #[allow(clippy::too_many_arguments)] // what `boot` takes, and the machine
+    pub fn hand_over(
+        &self,
+        pod: &Pod,
+        slot: &str,
+        rental: u64,
+        w: &WorkloadSpec,
+        env: &[(String, String)],
+        files: &PodFiles,
+        login: Option<&RegistryCredential>,
+    ) -> Result<(), CallbackError> {
+        let uid = pod.uid().unwrap_or_default();
+        let workload = workload(pod, w, env, files, login);
+        self.handle.hand_over(slot, &uid, rental, workload)?;
+        self.followed
+            .lock()
+            .insert(uid, followed(pod, rental, files));
+        Ok(())
+    }
+
+    /// What the runner of the held machine `slot` has done; `None` when it is not one here.
+    pub fn held(&self, slot: &str) -> Option<neocloud_remote::callback::HeldRunner> {
+        self.handle.held(slot)
     }
 
     /// Takes over the runner of rental `rental` of a Pod whose instance an earlier process

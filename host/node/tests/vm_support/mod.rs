@@ -404,3 +404,23 @@ pub fn runner_with_hosts_file(
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     script
 }
+
+/// Polls `what` every 200 ms for up to `seconds`, until it returns `Some`.
+pub async fn until<T, F, Fut>(seconds: u64, what: &str, world: &World, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(t) = f().await {
+            return t;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} within {seconds}s\n{}",
+            world.node_log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

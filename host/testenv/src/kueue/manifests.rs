@@ -112,6 +112,13 @@ impl Manifests {
     }
 }
 
+/// Applies the one CRD of the file `path` as it is and waits until it is Established.
+pub(crate) async fn install_crd(client: &Client, path: &Path) -> Result<(), Error> {
+    let crd: CustomResourceDefinition = single(path)?;
+    apply(Api::<CustomResourceDefinition>::all(client.clone()), &crd).await?;
+    established(client, crd.metadata.name.as_deref().unwrap_or_default()).await
+}
+
 fn manifest(path: &Path, message: impl Into<String>) -> Error {
     Error::Manifest {
         path: path.to_owned(),
