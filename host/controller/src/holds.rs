@@ -201,6 +201,28 @@ impl Holds {
         Some(machine)
     }
 
+    /// Every machine held and not taken: its request's key and UID, and the machine.
+    pub fn machines(&self) -> Vec<(String, String, HeldMachine)> {
+        let table = self.table.lock();
+        let each = table.iter().flat_map(|(key, h)| {
+            (h.machines.iter()).map(move |m| (key.clone(), h.uid.clone(), m.clone()))
+        });
+        each.collect()
+    }
+
+    /// Drops the machine `slot` of request `key` (it was lost); whether it was there.
+    pub fn remove_machine(&self, key: &str, slot: &str) -> bool {
+        let mut table = self.table.lock();
+        let Some(held) = table.get_mut(key) else {
+            return false;
+        };
+        let before = held.machines.len();
+        held.machines.retain(|m| m.slot != slot);
+        let removed = held.machines.len() < before;
+        self.report(&table);
+        removed
+    }
+
     /// Whether the request with `uid` holds anything (its machines are kept while it does).
     pub fn holds_uid(&self, uid: &str) -> bool {
         self.table.lock().values().any(|h| h.uid == uid)

@@ -417,7 +417,7 @@ async fn a_provisioning_request_rents_its_machines_ahead_and_its_pods_take_them(
     })
     .await;
 
-    // A request whose Pods never come: deleting it releases its machine.
+    // A request whose Pods never come.
     let one = requests
         .create(&PostParams::default(), &request("one", 1))
         .await
@@ -430,6 +430,30 @@ async fn a_provisioning_request_rents_its_machines_ahead_and_its_pods_take_them(
         "{message}"
     );
     assert_eq!(world.sims.lambda.ledger().entries.len(), before + 3);
+
+    // Its machine is lost (a spot reclaim: its runner goes silent): the request says
+    // CapacityRevoked, and the machine is released.
+    let pids = runner_pids(world.callback_port);
+    assert_eq!(pids.len(), 1, "the held machine's runner waits: {pids:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let revoked = until(90, "CapacityRevoked", &world, || async {
+        let req = requests.get("one").await.ok()?;
+        let conditions = req.data["status"]["conditions"].as_array()?.clone();
+        let c = conditions
+            .into_iter()
+            .find(|c| c["type"] == "CapacityRevoked")?;
+        Some(c["message"].as_str().unwrap_or_default().to_owned())
+    })
+    .await;
+    assert!(revoked.starts_with("lambda instance "), "{revoked}");
+    until(90, "the lost machine released", &world, || async {
+        world.sims.lambda.ledger().live().is_empty().then_some(())
+    })
+    .await;
     requests
         .delete("one", &DeleteParams::default())
         .await

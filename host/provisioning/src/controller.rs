@@ -158,6 +158,11 @@ impl Provisioner {
             for (key, uid) in self.holds.expired(Instant::now()) {
                 self.expire(&store, &key, &uid).await;
             }
+            for (key, uid, machine) in self.holds.machines() {
+                if self.reconciler.held_lost(&machine.slot) {
+                    self.revoke(&store, &key, &uid, &machine).await;
+                }
+            }
             for (key, uid) in self.holds.keys() {
                 let live = cached(&store, &key).is_some_and(|r| r.uid().as_deref() == Some(&uid));
                 if !live && self.holds.release_uid(&key, &uid) {
@@ -166,6 +171,44 @@ impl Provisioner {
             }
             tokio::time::sleep(self.cfg.sweep).await;
         }
+    }
+
+    /// Sets `CapacityRevoked` on request `key`, whose held `machine` was lost before a Pod took
+    /// it (a spot reclaim, or the machine cut off: its runner went silent), and releases it.
+    async fn revoke(
+        &self,
+        store: &Store<ProvisioningRequest>,
+        key: &str,
+        uid: &str,
+        machine: &neocloud_controller::holds::HeldMachine,
+    ) {
+        let Some(req) = cached(store, key).filter(|r| r.uid().as_deref() == Some(uid)) else {
+            return;
+        };
+        let set = Set {
+            type_: "CapacityRevoked",
+            status: true,
+            reason: "CapacityRevoked".into(),
+            message: format!(
+                "{} instance {} held for a pod was lost (its runner went silent: reclaimed or \
+                 cut off) before a pod took it; it is released",
+                machine.provider, machine.instance_id
+            ),
+        };
+        let api = Api::namespaced(self.client.clone(), &req.namespace().unwrap_or_default());
+        if let Err(e) = status::write(&api, &req, &[set], &BTreeMap::new()).await {
+            // Tried again at the next sweep.
+            tracing::warn!(request = %key, error = %e, "failed to set CapacityRevoked");
+            return;
+        }
+        self.holds.remove_machine(key, &machine.slot);
+        if let Err(e) = (self.reconciler)
+            .delete_held_named(&machine.namespace, &machine.binding)
+            .await
+        {
+            tracing::warn!(request = %key, machine = %machine.key(), error = %e, "failed to release a lost held machine; its request's end releases it");
+        }
+        tracing::info!(request = %key, machine = %machine.key(), "a held machine was lost: CapacityRevoked");
     }
 
     /// Sets `BookingExpired` on request `key` and releases its hold.
