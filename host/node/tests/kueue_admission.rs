@@ -5,8 +5,9 @@
 //! ProvisioningRequest check, is the virtual node), and RunPod's simulator with one A40 offer in
 //! one region:
 //! - a 1-Pod Job runs on the worker node, with no request and no rental;
-//! - a 4-Pod Job, which does not fit there, is admitted once the node holds the budget of four Pods, its Pods land on the
-//!   virtual node and are rented: four rentals in the ledger;
+//! - a 4-Pod Job, which does not fit there, is admitted once the node has rented four machines
+//!   (their runners up and waiting), and its Pods land on the virtual node and take those four
+//!   machines: four rentals in the ledger, no more;
 //! - deleting it leaves no hold (metric) and no instance (ledger);
 //! - the same Job left out of Kueue rents as its Pods come (the benchmark's other half);
 //! - under a budget that pays for three, a 4-Pod Job is not admitted, the Workload's check says
@@ -15,7 +16,12 @@
 //! - a hold keeps its GPUs advertised for its Pods but its budget from other requests, and is
 //!   released when its Pods do not come in
 //!   time (`BookingExpired`) or when its request is deleted (requests made directly, as any
-//!   ProvisioningRequest client makes them).
+//!   ProvisioningRequest client makes them, for Pods the runner cannot run: budget only);
+//! - machines rented ahead for Pods that never come are released by `BookingExpired` and by
+//!   deleting the request, the ledger showing no instance left.
+//!
+//! RunPod's simulator runs each container's start command, the node's runner (process
+//! executor), so the Jobs' Pods, which name their command, are run through it.
 //!
 //! Kueue's webhooks intercept every Job of the control plane, so this binary has this one test.
 //! Needs root (Kueue runs in a mount namespace of its own; see docs/KUEUE.md).
@@ -25,7 +31,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
+};
 use kube::{Api, Client};
 use neocloud_cloudsim::{CloudSim, CloudSimConfig, SimConfig};
 use neocloud_testenv::kueue::{
@@ -37,6 +46,7 @@ use tokio::process::Child;
 
 mod support;
 use support::{free_port, http_get, metric, node_process};
+mod runner_bin;
 
 const CLASS: &str = "rent.cloud.aibrix.ai";
 const CONSUME: &str = "autoscaling.x-k8s.io/consume-provisioning-request";
@@ -56,6 +66,8 @@ struct Rig {
     node: String,
     dir: tempfile::TempDir,
     metrics_port: u16,
+    /// The node's runner callback (kept across restarts, so the runners find the new leader).
+    callback_port: u16,
     process: Option<Child>,
 }
 
@@ -68,7 +80,7 @@ async fn sims() -> CloudSim {
     .unwrap();
     let runpod = SimConfig {
         offers: Some(offers),
-        ..SimConfig::fast()
+        ..SimConfig::fast().with_user_data_runner(runner_bin::runner_binary())
     };
     CloudSim::start(CloudSimConfig {
         runpod,
@@ -109,6 +121,7 @@ impl Rig {
             node,
             dir: tempfile::tempdir().unwrap(),
             metrics_port: free_port(),
+            callback_port: free_port(),
             process: None,
         }
     }
@@ -129,7 +142,16 @@ impl Rig {
              leaderElection: {{namespace: {ns}, leaseDurationSeconds: 2, renewGraceSeconds: 1}}\n\
              reconciler: {{pollIntervalMs: 300, retryIntervalMs: 1000}}\n\
              sweeper: {{intervalSeconds: 3600, graceSeconds: 3600}}\n\
-             provisioning: {{enabled: true, bookingSeconds: 600}}\n",
+             provisioning: {{enabled: true, bookingSeconds: 600}}\n\
+             runner:\n\
+             \x20 listen: 127.0.0.1:{cb}\n\
+             \x20 callbackUrl: https://127.0.0.1:{cb}\n\
+             \x20 identitySecretNamespace: {ns}\n\
+             \x20 executor: process\n\
+             \x20 heartbeatIntervalSeconds: 1\n\
+             \x20 heartbeatTimeoutSeconds: 10\n\
+             \x20 bootTimeoutSeconds: 60\n",
+            cb = self.callback_port,
             node = self.node,
             ns = self.ctx.namespace,
             kubelet = free_port(),
@@ -328,8 +350,8 @@ impl Rig {
         };
         let mut spec = json!({
             "restartPolicy": "Never",
-            "containers": [{"name": "train", "image": BUSYBOX, "args": ["exec sleep 3600"],
-                "imagePullPolicy": "IfNotPresent",
+            "containers": [{"name": "train", "image": BUSYBOX, "command": ["/bin/sh", "-c"],
+                "args": ["exec sleep 3600"], "imagePullPolicy": "IfNotPresent",
                 "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}],
         });
         if !queued {
@@ -481,6 +503,7 @@ async fn kueue_admits_a_job_only_when_the_node_holds_the_budget_of_all_its_pods(
     rig.run_node(1.2).await;
     a_hold_keeps_its_gpus_for_its_pods_and_is_released_by_expiry_or_deletion(&rig).await;
     a_new_leader_holds_what_the_old_one_held_less_what_its_pods_took(&mut rig).await;
+    machines_rented_ahead_for_pods_that_never_come_are_released(&rig).await;
 
     let worker = rig.worker.take().unwrap();
     let left = worker.leftovers_after();
@@ -526,9 +549,16 @@ async fn a_four_pod_job_is_admitted_and_each_pod_is_rented_once(rig: &Rig) -> Du
     eprintln!("admission check rent: {state}: {message}");
     assert_eq!(state, "Ready");
     assert!(
-        message.contains("held for 4 pods on runpod CA-MTL-1: 4x A40 at $0.4000/h"),
+        message.contains(
+            "4 machines rented and held for the pods on runpod CA-MTL-1: 4x A40 at $0.4000/h"
+        ),
         "{message}"
     );
+    // Admitted only once the four machines are rented: they are in the ledger now.
+    let held: Vec<String> = (rig.sims.runpod.ledger().live().iter())
+        .map(|e| e.instance_id.clone())
+        .collect();
+    assert_eq!(held.len(), 4, "rented before the Pods: {held:?}");
     let request = rig.requests().get(&format!("{wl}-rent-1")).await.unwrap();
     let details = &request.data["status"]["provisioningClassDetails"];
     assert_eq!(details["Provider"], "runpod", "{details}");
@@ -553,6 +583,34 @@ async fn a_four_pod_job_is_admitted_and_each_pod_is_rented_once(rig: &Rig) -> Du
     for e in &ledger.entries {
         assert!((e.price_per_hour - A40).abs() < 1e-9, "{e:?}");
     }
+    // Each Pod landed on one of the machines rented ahead.
+    let bindings: Api<DynamicObject> = Api::namespaced_with(
+        rig.client(),
+        &rig.ctx.namespace,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("cloud.aibrix.ai", "v1alpha1", "CloudPodBinding"),
+            "cloudpodbindings",
+        ),
+    );
+    let mut machines = Vec::new();
+    for p in &pods {
+        let name = p.metadata.name.as_deref().unwrap();
+        let b = bindings.get(name).await.unwrap();
+        let id = b.data["status"]["instanceId"].as_str().unwrap().to_owned();
+        let attempts = b.data["status"]["attempts"].as_array().unwrap().clone();
+        let last = attempts.last().unwrap()["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(last.starts_with("took runpod instance"), "{name}: {last}");
+        machines.push(id);
+    }
+    machines.sort();
+    let mut held = held;
+    held.sort();
+    assert_eq!(
+        machines, held,
+        "the four Pods took the four machines rented ahead"
+    );
     // Every Pod took its hold: nothing is held any more.
     rig.wait("the held budget taken by the Pods", 30, async || {
         (rig.held() == 0.0).then_some(())
@@ -699,13 +757,28 @@ async fn once_the_budget_is_raised_the_refused_job_is_admitted_at_kueue_s_next_t
     rig.delete_job("big").await;
 }
 
-/// A request of the node's class for `pods` Pods of one A40, made directly with its PodTemplate.
+/// A request of the node's class for `pods` Pods of one A40, made directly with its PodTemplate,
+/// whose container names no command: the runner cannot run it, so only budget is held.
 async fn direct_request(rig: &Rig, name: &str, pods: u32, valid_seconds: u32) {
+    direct_request_of(rig, name, pods, valid_seconds, None).await;
+}
+
+/// [`direct_request`] for Pods running `command`: their machines are rented ahead.
+async fn direct_request_of(
+    rig: &Rig,
+    name: &str,
+    pods: u32,
+    valid_seconds: u32,
+    command: Option<&[&str]>,
+) {
+    let mut container = json!({"name": "train", "image": "registry.invalid/train:1",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}}});
+    if let Some(command) = command {
+        container["command"] = json!(command);
+    }
     let template: PodTemplate = serde_json::from_value(json!({
         "metadata": {"name": format!("ppt-{name}")},
-        "template": {"spec": {"restartPolicy": "Never",
-            "containers": [{"name": "train", "image": "registry.invalid/train:1",
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+        "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
     }))
     .unwrap();
     Api::<PodTemplate>::namespaced(rig.client(), &rig.ctx.namespace)
@@ -864,4 +937,46 @@ async fn a_new_leader_holds_what_the_old_one_held_less_what_its_pods_took(rig: &
         before + 1,
         "one rental, kept-0's: {ledger:?}"
     );
+}
+
+/// Machines rented ahead for two Pods that never come: released when the booking ends
+/// (`BookingExpired`) and when the request is deleted, with no instance left in the ledger.
+async fn machines_rented_ahead_for_pods_that_never_come_are_released(rig: &Rig) {
+    let before = rig.sims.runpod.ledger().entries.len();
+    let sleep: &[&str] = &["sleep", "3600"];
+    direct_request_of(rig, "ahead-lapse", 2, 6, Some(sleep)).await;
+    provisioned(rig, "ahead-lapse").await;
+    let r = rig.requests().get("ahead-lapse").await.unwrap();
+    let reason = &condition(&r, "Provisioned").unwrap()["reason"];
+    assert_eq!(reason, "Rented", "{:?}", r.data["status"]);
+    assert_eq!(rig.sims.runpod.ledger().live().len(), 2);
+    rig.wait("ahead-lapse BookingExpired", 30, async || {
+        let r = rig.requests().get("ahead-lapse").await.ok()?;
+        is_true(&r, "BookingExpired").then_some(())
+    })
+    .await;
+    rig.wait(
+        "the expired booking's machines terminated",
+        30,
+        async || rig.sims.runpod.ledger().live().is_empty().then_some(()),
+    )
+    .await;
+
+    direct_request_of(rig, "ahead-dropped", 2, 600, Some(sleep)).await;
+    provisioned(rig, "ahead-dropped").await;
+    assert_eq!(rig.sims.runpod.ledger().live().len(), 2);
+    deleted_and_released(rig, "ahead-dropped").await;
+    rig.wait(
+        "the deleted request's machines terminated",
+        30,
+        async || rig.sims.runpod.ledger().live().is_empty().then_some(()),
+    )
+    .await;
+    let ledger = rig.sims.runpod.ledger();
+    assert_eq!(
+        ledger.entries.len(),
+        before + 4,
+        "two rentals each: {ledger:?}"
+    );
+    assert_eq!(rig.held(), 0.0);
 }

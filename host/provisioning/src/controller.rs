@@ -220,8 +220,8 @@ impl Provisioner {
                 status: true,
                 reason: "BookingExpired".into(),
                 message: format!(
-                    "{untaken} of the pods did not come within the booking; the budget held \
-                     for them is released"
+                    "{untaken} of the pods did not come within the booking; what was held for \
+                     them (budget, or machines rented ahead) is released"
                 ),
             };
             let api = Api::namespaced(self.client.clone(), &req.namespace().unwrap_or_default());
