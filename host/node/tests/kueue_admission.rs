@@ -45,7 +45,7 @@ use serde_json::{Value, json};
 use tokio::process::Child;
 
 mod support;
-use support::{free_port, http_get, metric, node_process};
+use support::{free_port, http_get, metric, node_process, runner_yaml};
 mod runner_bin;
 
 const CLASS: &str = "rent.cloud.aibrix.ai";
@@ -142,16 +142,8 @@ impl Rig {
              leaderElection: {{namespace: {ns}, leaseDurationSeconds: 2, renewGraceSeconds: 1}}\n\
              reconciler: {{pollIntervalMs: 300, retryIntervalMs: 1000}}\n\
              sweeper: {{intervalSeconds: 3600, graceSeconds: 3600}}\n\
-             provisioning: {{enabled: true, bookingSeconds: 600}}\n\
-             runner:\n\
-             \x20 listen: 127.0.0.1:{cb}\n\
-             \x20 callbackUrl: https://127.0.0.1:{cb}\n\
-             \x20 identitySecretNamespace: {ns}\n\
-             \x20 executor: process\n\
-             \x20 heartbeatIntervalSeconds: 1\n\
-             \x20 heartbeatTimeoutSeconds: 10\n\
-             \x20 bootTimeoutSeconds: 60\n",
-            cb = self.callback_port,
+             provisioning: {{enabled: true, bookingSeconds: 600}}\n{runner}",
+            runner = runner_yaml(self.callback_port, &self.ctx.namespace, 10, 60),
             node = self.node,
             ns = self.ctx.namespace,
             kubelet = free_port(),

@@ -60,6 +60,27 @@ pub async fn fast_sims() -> CloudSim {
 /// `neocloud-node run --config config` as a process of the test (killed when dropped), against
 /// `ctx`'s control plane and the simulators of `sims`, logging (`$NEOCLOUD_TEST_NODE_LOG`,
 /// `info` by default) to `log`.
+/// The node configuration's `runner:` section for tests: a callback on loopback port `port`,
+/// the identity Secret in `namespace`, the process executor, a heartbeat every second, and
+/// the given timeouts.
+pub fn runner_yaml(
+    port: u16,
+    namespace: &str,
+    heartbeat_timeout: u32,
+    boot_timeout: u32,
+) -> String {
+    format!(
+        "runner:\n\
+         \x20 listen: 127.0.0.1:{port}\n\
+         \x20 callbackUrl: https://127.0.0.1:{port}\n\
+         \x20 identitySecretNamespace: {namespace}\n\
+         \x20 executor: process\n\
+         \x20 heartbeatIntervalSeconds: 1\n\
+         \x20 heartbeatTimeoutSeconds: {heartbeat_timeout}\n\
+         \x20 bootTimeoutSeconds: {boot_timeout}\n"
+    )
+}
+
 pub fn node_process(
     config: &std::path::Path,
     ctx: &TestContext,

@@ -16,7 +16,7 @@ use neocloud_testenv::TestContext;
 use serde_json::json;
 use tokio::process::{Child, Command};
 
-use crate::support::free_port;
+use crate::support::{free_port, runner_yaml};
 
 pub const SECRET_VALUE: &str = "tok-7f3a9c0d-never-in-node-output";
 
@@ -122,22 +122,16 @@ impl World {
              healthIntervalSeconds: 1\n\
              leaderElection: {election}\n\
              reconciler: {{pollIntervalMs: 300, retryIntervalMs: 1000}}\n\
-             sweeper: {{intervalSeconds: 3600, graceSeconds: 3600}}\n\
-             runner:\n\
-             \x20 listen: 127.0.0.1:{cb}\n\
-             \x20 callbackUrl: https://127.0.0.1:{cb}\n\
-             \x20 identitySecretNamespace: {ns}\n\
-             \x20 executor: process\n\
-             \x20 heartbeatIntervalSeconds: 1\n\
-             \x20 heartbeatTimeoutSeconds: {heartbeat}\n\
-             \x20 bootTimeoutSeconds: {boot}\n",
+             sweeper: {{intervalSeconds: 3600, graceSeconds: 3600}}\n{runner}",
             node = self.node,
             kubelet = self.kubelet_port,
             metrics = free_port(),
-            ns = self.ctx.namespace,
-            cb = self.callback_port,
-            heartbeat = self.heartbeat_timeout_seconds,
-            boot = self.boot_timeout_seconds,
+            runner = runner_yaml(
+                self.callback_port,
+                &self.ctx.namespace,
+                self.heartbeat_timeout_seconds,
+                self.boot_timeout_seconds
+            ),
             providers = self.providers,
         ) + &self.extra_config;
         let path = self
