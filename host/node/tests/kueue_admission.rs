@@ -17,8 +17,9 @@
 //!   released when its Pods do not come in
 //!   time (`BookingExpired`) or when its request is deleted (requests made directly, as any
 //!   ProvisioningRequest client makes them, for Pods the runner cannot run: budget only);
-//! - machines rented ahead for Pods that never come are released by `BookingExpired` and by
-//!   deleting the request, the ledger showing no instance left.
+//! - a Job deleted as soon as its machines are rented leaves none; machines rented ahead for
+//!   Pods that never come are released by `BookingExpired` and by deleting the request, the
+//!   ledger showing no instance left.
 //!
 //! RunPod's simulator runs each container's start command, the node's runner (process
 //! executor), so the Jobs' Pods, which name their command, are run through it.
@@ -492,6 +493,7 @@ async fn kueue_admits_a_job_only_when_the_node_holds_the_budget_of_all_its_pods(
         under_a_budget_for_three_a_four_pod_job_is_not_admitted_and_nothing_is_rented(&rig).await;
     once_the_budget_is_raised_the_refused_job_is_admitted_at_kueue_s_next_try(&mut rig, &refused)
         .await;
+    a_job_deleted_once_its_machines_are_rented_leaves_no_instance(&rig).await;
     rig.run_node(1.2).await;
     a_hold_keeps_its_gpus_for_its_pods_and_is_released_by_expiry_or_deletion(&rig).await;
     a_new_leader_holds_what_the_old_one_held_less_what_its_pods_took(&mut rig).await;
@@ -971,4 +973,32 @@ async fn machines_rented_ahead_for_pods_that_never_come_are_released(rig: &Rig) 
         "two rentals each: {ledger:?}"
     );
     assert_eq!(rig.held(), 0.0);
+}
+
+/// A Job deleted as soon as its request is provisioned (its machines rented; its Pods may not
+/// have come yet): every machine is released, whether a Pod had taken it or not, and nothing
+/// stays held.
+async fn a_job_deleted_once_its_machines_are_rented_leaves_no_instance(rig: &Rig) {
+    let before = rig.sims.runpod.ledger().entries.len();
+    // Three Pods: more than the worker's two GPUs, so the virtual node's flavor.
+    rig.job("early", 3).await;
+    let wl = rig.workload_of("early").await;
+    rig.wait("early's machines rented", 60, async || {
+        let r = rig.latest_request(&wl).await?;
+        is_true(&r, "Provisioned").then_some(())
+    })
+    .await;
+    assert_eq!(rig.sims.runpod.ledger().entries.len(), before + 3);
+    rig.delete_job("early").await;
+    rig.wait("nothing held", 30, async || {
+        (rig.held() == 0.0).then_some(())
+    })
+    .await;
+    let ledger = rig.sims.runpod.ledger();
+    assert_eq!(
+        ledger.entries.len(),
+        before + 3,
+        "no more rentals: {ledger:?}"
+    );
+    assert!(ledger.live().is_empty(), "{ledger:?}");
 }

@@ -13,7 +13,7 @@ use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::core::v1::{Event, Pod, PodTemplate};
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, ListParams, LogParams, PostParams};
-use neocloud_node::crd::CloudPodBinding;
+use neocloud_node::crd::{CloudPodBinding, CloudPodReceipt};
 use serde_json::json;
 
 mod runner_bin;
@@ -295,7 +295,7 @@ async fn a_provisioning_request_rents_its_machines_ahead_and_its_pods_take_them(
     neocloud_testenv::kueue::install_provisioning_request_crd(world.ctx.control_plane)
         .await
         .expect("the ProvisioningRequest CRD (hack/testenv/build-kueue.sh)");
-    let _node = world.spawn();
+    let mut node = world.spawn();
     let ns = &world.ctx.namespace;
     let templates: Api<PodTemplate> = Api::namespaced(world.ctx.client.clone(), ns);
     let template: PodTemplate = serde_json::from_value(json!({
@@ -467,6 +467,30 @@ async fn a_provisioning_request_rents_its_machines_ahead_and_its_pods_take_them(
     let ledger = world.sims.lambda.ledger();
     assert_eq!(ledger.entries.len(), before + 3, "{ledger:?}");
 
+    // A new leader does not keep machines an earlier one rented ahead (their runners wait on
+    // its memory): it releases them, and the request's Pods rent their own when they come.
+    requests
+        .create(&PostParams::default(), &request("kept", 1))
+        .await
+        .unwrap();
+    let (status, reason, message) = decided(&world, &requests, "kept").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Rented"),
+        "{message}"
+    );
+    assert_eq!(world.sims.lambda.ledger().live().len(), 1);
+    node.kill().await.unwrap();
+    let _node = world.spawn();
+    until(
+        90,
+        "the new leader releasing the held machine",
+        &world,
+        || async { world.sims.lambda.ledger().live().is_empty().then_some(()) },
+    )
+    .await;
+    assert_eq!(world.sims.lambda.ledger().entries.len(), before + 4);
+
     // All or none: room for one machine only, so the second cannot be rented, and the first
     // is released; the request fails saying so.
     let a10 = world.sims.lambda.ledger().entries[before].offer_id;
@@ -494,7 +518,21 @@ async fn a_provisioning_request_rents_its_machines_ahead_and_its_pods_take_them(
     .await;
     assert_eq!(
         world.sims.lambda.ledger().entries.len(),
-        before + 4,
+        before + 5,
         "one rental, released"
+    );
+    // What each held machine cost until it was taken or released is kept, as any rental's.
+    let receipts: Api<CloudPodReceipt> = Api::namespaced(world.ctx.client.clone(), ns);
+    let held_receipts = (receipts
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter())
+    .filter(|r| r.spec.pod_name.starts_with("held-"))
+    .count();
+    assert!(
+        held_receipts >= 4,
+        "{held_receipts} receipts of held machines"
     );
 }
