@@ -54,6 +54,10 @@ pub struct HeldMachine {
     pub offer_id: String,
     /// What it costs, USD per hour.
     pub usd_per_hour: f64,
+    /// The image it was rented for (a container provider starts the container from it).
+    pub image: String,
+    /// Its GPUs.
+    pub gpu_count: u32,
 }
 
 impl HeldMachine {
@@ -184,9 +188,14 @@ impl Holds {
         self.report(&table);
     }
 
-    /// For a Pod that consumes a request: one of its machines rented ahead, the first time this
-    /// Pod asks; `None` when it has none left (or none at all) or this Pod took one before.
-    pub fn take_machine_for(&self, pod: &Pod) -> Option<HeldMachine> {
+    /// For a Pod that consumes a request: one of its machines rented ahead that `fits` it (its
+    /// image and GPUs), the first time this Pod asks; `None` when none is left that fits (or
+    /// none at all) or this Pod took one before.
+    pub fn take_machine_for(
+        &self,
+        pod: &Pod,
+        fits: impl Fn(&HeldMachine) -> bool,
+    ) -> Option<HeldMachine> {
         let name = pod.annotations().get(CONSUME_ANNOTATION)?;
         let key = format!("{}/{name}", pod.namespace().unwrap_or_default());
         let uid = pod.uid().unwrap_or_default();
@@ -195,7 +204,8 @@ impl Holds {
         if held.takers.contains(&uid) {
             return None;
         }
-        let machine = held.machines.pop()?;
+        let at = held.machines.iter().position(fits)?;
+        let machine = held.machines.remove(at);
         held.takers.insert(uid);
         self.report(&table);
         Some(machine)
@@ -421,6 +431,8 @@ mod tests {
             instance_id: format!("i-{n}"),
             offer_id: "o".into(),
             usd_per_hour: 0.75,
+            image: "train:1".into(),
+            gpu_count: 1,
         }
     }
 
@@ -449,10 +461,10 @@ mod tests {
         assert_eq!(holds.expired(now).len(), 1, "untaken machines expire");
 
         let took = holds
-            .take_machine_for(&consumer("p1", "req-1"))
+            .take_machine_for(&consumer("p1", "req-1"), |_| true)
             .expect("a machine");
         assert_eq!(
-            holds.take_machine_for(&consumer("p1", "req-1")),
+            holds.take_machine_for(&consumer("p1", "req-1"), |_| true),
             None,
             "once per Pod"
         );
@@ -463,10 +475,13 @@ mod tests {
             "p1 took one machine and nothing else"
         );
         let other = holds
-            .take_machine_for(&consumer("p2", "req-1"))
+            .take_machine_for(&consumer("p2", "req-1"), |m| m.image == "train:1")
             .expect("the other");
         assert_ne!(took, other);
-        assert_eq!(holds.take_machine_for(&consumer("p3", "req-1")), None);
+        assert_eq!(
+            holds.take_machine_for(&consumer("p3", "req-1"), |_| true),
+            None
+        );
         assert!(holds.expired(now).is_empty(), "all taken");
         assert_eq!(holds.usd_per_hour(), 0.0);
         assert!(holds.release_uid("team-a/req-1", "u1"));

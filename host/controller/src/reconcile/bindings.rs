@@ -23,7 +23,6 @@ pub(super) async fn reconcile(
     }
     // A machine rented ahead of its Pod has no Pod: its request decides (see `held`).
     if b.labels().contains_key(crate::holds::HELD_LABEL) {
-        let _turn = r.turns.wait().await;
         return Box::pin(r.reconcile_held(&b)).await;
     }
     // The Pod cache answers for the common case (the Pod lives, and every write to its binding

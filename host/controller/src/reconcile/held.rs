@@ -153,6 +153,8 @@ impl Reconciler {
             instance_id: i.id.clone(),
             offer_id: offer_id.unwrap_or_default(),
             usd_per_hour: i.price_per_hour,
+            image: w.image.clone(),
+            gpu_count: w.gpu.count,
         }))
     }
 
@@ -352,6 +354,7 @@ impl Reconciler {
             // its answer never written), its machines are released within a poll.
             return Ok(Action::requeue(self.cfg.poll_interval));
         }
+        let _turn = self.turns.wait().await;
         let taken = self.taken_by_a_pod(b).await?;
         let slot = &b.spec.pod_uid;
         let waiting = (self.cfg.runners.as_ref()).and_then(|r| r.held(slot));

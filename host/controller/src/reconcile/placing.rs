@@ -198,7 +198,9 @@ impl Reconciler {
         // A Pod admitted through a ProvisioningRequest takes a machine rented ahead for it, if
         // the request holds one (see `held`).
         if member.is_none()
-            && let Some(machine) = (self.cfg.holds.as_ref()).and_then(|h| h.take_machine_for(pod))
+            && let Some(machine) = (self.cfg.holds.as_ref()).and_then(|h| {
+                h.take_machine_for(pod, |m| m.image == w.image && m.gpu_count == w.gpu.count)
+            })
         {
             let login = registry_login.as_ref();
             return Box::pin(self.take_held(pod, &b, status, machine, &w, &env, &files, login))
