@@ -1,13 +1,14 @@
-//! The ProvisioningRequest class the node serves, [`CLASS`] (issue 33, first stage: "admit only
-//! what can be rented"). Kueue's ProvisioningRequest admission check creates a request per
-//! Workload; the node plans all its Pods at once, in one provider and region, under the Pods'
-//! price limits and policies, and holds their budget ([`Holds`]) before it says `Provisioned`.
-//! Kueue then admits the Workload, and its Pods (which carry [`CONSUME_ANNOTATION`]) are rented
-//! by the Pod controller as usual, each taking one held reservation just before it reserves its
-//! own budget.
+//! The ProvisioningRequest class the node serves, [`CLASS`] (issue 33: "admit only what can be
+//! rented"). Kueue's ProvisioningRequest admission check creates a request per Workload; the
+//! node plans all its Pods at once, in one provider and region, under the Pods' price limits and
+//! policies, and holds their budget ([`Holds`]). Where its runner runs the Pods, it then rents a
+//! machine for each, all or none, and waits for their runners (`ahead`), before it says
+//! `Provisioned`. Kueue then admits the Workload, and each of its Pods (which carry
+//! [`CONSUME_ANNOTATION`]) takes a held machine, or, with budget only, one held reservation
+//! just before it rents as usual.
 //!
-//! Not here: renting ahead of the Pods (the next stage), the ProvisioningRequest CRD (Kueue and
-//! cluster-autoscaler ship it), the Pod controller and the hold table it takes from
+//! Not here: the ProvisioningRequest CRD (Kueue and cluster-autoscaler ship it), the Pod
+//! controller, the held machines' bindings and the hold table it takes from
 //! (`neocloud-controller`).
 
 mod ahead;

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
-use neocloud_broker::{Broker, BrokerError, Placement, Planner, Renter};
+use neocloud_broker::{Broker, BrokerError, Placement, Planner};
 use neocloud_core::{InstanceState, RegistryCredential, WorkloadSpec};
 
 use super::attempts::rfc3339;
@@ -101,9 +101,7 @@ impl Reconciler {
         let key = binding_key(&b);
         let broker = Broker {
             planner: crate::holds::confine(planner, place),
-            renter: Renter {
-                ..self.renter.clone()
-            },
+            renter: self.renter.clone(),
         };
         // No environment: the Pod's is given to the runner when a Pod takes the machine.
         let placement = Placement {
