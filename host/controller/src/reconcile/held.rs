@@ -315,9 +315,11 @@ impl Reconciler {
             .budget
             .record_existing(&key, machine.usd_per_hour);
         self.renter.budget.release(&machine.key());
-        self.renter
-            .ledger
-            .start(&key, machine.usd_per_hour, Utc::now());
+        // From now on the machine is the Pod's: the held binding's cost ends where the Pod's
+        // begins, never both.
+        let now = Utc::now();
+        self.renter.ledger.stop(&machine.key(), now);
+        self.renter.ledger.start(&key, machine.usd_per_hour, now);
         if let Some(runners) = &self.cfg.runners
             && let Err(e) = runners.hand_over(pod, &machine.slot, rental, w, env, files, login)
         {
