@@ -177,3 +177,33 @@ fn component_for_another_world_is_refused_at_load() {
     assert!(exports.contains("greeter"), "{exports}");
     assert_eq!(error.label(), "wrong-world");
 }
+
+/// The check made when a policy is loaded (one instantiation, its roles looked up) is not a
+/// decision: a guest slower to start than a decision's deadline still loads (CI once saw the
+/// Python guest's load refused with a timeout while four test binaries shared two cores), and
+/// it is its decisions that the deadline stops.
+#[test]
+fn a_guest_slower_to_start_than_a_decision_s_deadline_loads_and_its_decisions_are_stopped() {
+    let engine = engine();
+    let mut s = settings("fallback-py");
+    s.capabilities = neocloud_policy::wasm::Capabilities {
+        log: true,
+        deny_all_wasi: true,
+    };
+    // One epoch tick: far less than the Python guest takes to start.
+    s.budget.deadline = std::time::Duration::from_nanos(1);
+    let policy = load(&engine, "fallback-py", s);
+    let stopped = policy
+        .instantiate()
+        .expect_err("a start longer than one tick is stopped");
+    assert!(
+        matches!(
+            &stopped,
+            WasmError::Trap {
+                kind: TrapKind::Timeout,
+                ..
+            }
+        ),
+        "{stopped:?}"
+    );
+}

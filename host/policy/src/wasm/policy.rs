@@ -50,6 +50,10 @@ impl std::fmt::Debug for Inner {
 
 type GuestResult<T> = wasmtime::Result<Result<T, PolicyError>>;
 
+/// The deadline of the check a policy passes when it is loaded (one instantiation, its roles
+/// looked up), when its decisions' deadline is shorter.
+const LOAD_CHECK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl WasmPolicy {
     pub(crate) fn prepare(
         engine: WasmEngine,
@@ -92,7 +96,12 @@ impl WasmPolicy {
                 exports: inner.info.exports.join(", "),
             });
         }
-        let (result, _) = call::run(&self.site(), |store, instance| {
+        // Made once, at load, and not a decision: under a deadline of its own, so that a busy
+        // machine does not refuse a guest that is slow to start (the decisions' budget, which
+        // counts the start too, is what stops it deciding slowly).
+        let mut site = self.site();
+        site.budget.deadline = site.budget.deadline.max(LOAD_CHECK_DEADLINE);
+        let (result, _) = call::run(&site, |store, instance| {
             if let Some(i) = &inner.placement {
                 i.load(&mut *store, instance)?;
             }
