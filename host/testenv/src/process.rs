@@ -19,13 +19,14 @@ use crate::Error;
 
 /// The supervisor: runs "$@", stops it when pid $1 is gone or on SIGTERM, and removes the paths
 /// in NEOCLOUD_TESTENV_CLEANUP (if any, unmounting what is mounted under them) after the child
-/// has stopped.
+/// has stopped. The trap is set before the child starts: a SIGTERM that came between the two
+/// (a test stopping a component as soon as it logged) killed the supervisor without its cleanup.
 const SUPERVISOR: &str = r#"
 watch=$1; shift
-"$@" &
-child=$!
+child=
 stop() {
-  kill -TERM "$child" 2>/dev/null
+  [ -n "$child" ] || child=$!
+  [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
   for _ in $(seq 1 50); do kill -0 "$child" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$child" 2>/dev/null
   wait "$child" 2>/dev/null
@@ -40,6 +41,8 @@ stop() {
   exit 0
 }
 trap stop TERM INT
+"$@" &
+child=$!
 while kill -0 "$watch" 2>/dev/null; do
   if ! kill -0 "$child" 2>/dev/null; then wait "$child"; exit $?; fi
   sleep 0.5 & wait $!
