@@ -50,6 +50,22 @@ impl Rig {
         format!("https://127.0.0.1:{}", self.server.local_addr().port())
     }
 
+    /// The runner binary (process executor, a heartbeat every 200 ms) with bootstrap `token`;
+    /// its stderr is piped.
+    fn spawn_runner(&self, token: &neocloud_node::callback::BootstrapToken) -> Child {
+        Command::new(runner_binary())
+            .args(["--callback-url", &self.url(), "--executor", "process"])
+            .arg("--ca-file")
+            .arg(self.ca.path())
+            .args(["--heartbeat-interval", "200ms"])
+            .env("NEOCLOUD_BOOTSTRAP_TOKEN", token.expose())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the runner")
+    }
+
     async fn event(&mut self) -> RunnerEvent {
         tokio::time::timeout(Duration::from_secs(20), self.events.recv())
             .await
@@ -138,17 +154,7 @@ async fn replace_while_running(rig: &mut Rig, uid: &'static str) -> Try {
     let pid_file = dir.path().join("pid");
     let script = format!("echo $$ > '{}'; exec sleep 120", pid_file.display());
     let token = handle.register(uid, 1, shell(&script)).expect("register");
-    let mut child = Command::new(runner_binary())
-        .args(["--callback-url", &rig.url(), "--executor", "process"])
-        .arg("--ca-file")
-        .arg(rig.ca.path())
-        .args(["--heartbeat-interval", "200ms"])
-        .env("NEOCLOUD_BOOTSTRAP_TOKEN", token.expose())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn the runner");
+    let mut child = rig.spawn_runner(&token);
     let workload = tokio::select! {
         workload = workload_running(rig, &pid_file) => workload,
         status = child.wait() => {
@@ -275,17 +281,7 @@ async fn a_held_machines_runner_waits_for_its_pod_then_runs_that_pods_workload()
     let mut rig = rig().await;
     let handle = rig.server.handle();
     let token = handle.register_held("held-r", 1).expect("held");
-    let mut child = Command::new(runner_binary())
-        .args(["--callback-url", &rig.url(), "--executor", "process"])
-        .arg("--ca-file")
-        .arg(rig.ca.path())
-        .args(["--heartbeat-interval", "200ms"])
-        .env("NEOCLOUD_BOOTSTRAP_TOKEN", token.expose())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn the runner");
+    let mut child = rig.spawn_runner(&token);
 
     // It calls in and waits for a Pod, alive (its polls are signs of life) and saying nothing.
     tokio::time::timeout(Duration::from_secs(20), async {
